@@ -1,0 +1,30 @@
+// The shape of the GPT-2-style model: vocabulary, context length, depth, width, heads.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace dptrain {
+
+struct ModelConfig {
+  int vocab = 256;     // V: token ids are 0..V-1 (bytes by default)
+  int seq = 128;       // Q: context length (window length); also the number of learned positions
+  int layers = 4;      // L
+  int width = 256;     // H: model width; the MLP is 4H wide
+  int heads = 4;       // attention heads; H % heads == 0
+
+  int head_dim() const { return width / heads; }
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Throws UserError naming the offending value (zero layers, heads not dividing H, ...).
+void validate(const ModelConfig& config);
+
+// Exact number of parameters N (embeddings included; the LM head is tied to the token embedding).
+std::int64_t parameter_count(const ModelConfig& config);
+
+// Model FLOPs per token for training: 6N + 12·L·H·Q (SYSTEMS-MODEL.md; PaLM appendix B).
+double training_flops_per_token(const ModelConfig& config);
+
+std::string describe(const ModelConfig& config);
+
+}  // namespace dptrain
