@@ -1,0 +1,40 @@
+// The MPI job as the trainer sees it: ranks, ranks on this node, scalar agreement in a fixed order, and the
+// error policy: an error that every rank finds before training prints once and exits 2 everywhere; an error
+// on some ranks prints `rank R: message` on each of them and still ends every rank; an error during training
+// aborts the whole job (MPI_Abort) so no rank waits forever for a peer that is gone.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dptrain {
+
+class MpiWorld {
+ public:
+  MpiWorld(int& argc, char**& argv);
+  ~MpiWorld();
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_size() const { return local_size_; }  // ranks sharing this node
+
+  void barrier() const;
+  // Σ over ranks of one double, added in rank order (bitwise the same on every rank).
+  double sum_in_rank_order(double x) const;
+  // One value from every rank, in rank order.
+  std::vector<std::uint64_t> all_gather(std::uint64_t x) const;
+
+  // Runs `setup` on every rank and agrees on the outcome. Returns 0 when all succeeded; otherwise the exit code
+  // (2 for bad input) after printing the error line(s) as described above.
+  int agree(const std::function<void()>& setup, const char* program) const;
+
+  [[noreturn]] void abort(const std::string& message, int code) const;
+
+ private:
+  int rank_ = 0, size_ = 1, local_size_ = 1;
+};
+
+}  // namespace dptrain

@@ -1,0 +1,52 @@
+// Everything a training run is told: model shape, data, optimisation, data parallelism, outputs. Parsed from
+// the command line with CLI11; every flag can also be set in a TOML file (--config) under the flag's long name.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dptrain/core/dtype.hpp"
+#include "dptrain/model/config.hpp"
+
+namespace dptrain {
+
+struct TrainOptions {
+  ModelConfig model;
+  std::string data = "/usr/share/games/fortunes";
+  double val_fraction = 0.1;  // the last 10 % of the tokens are the validation split
+
+  int steps = 200;
+  int batch = 16;             // B: global windows per step, shared by all ranks
+  double lr = 1e-3;
+  double min_lr = 1e-4;       // cosine decay floor
+  int warmup = 20;            // linear warm-up steps
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;     // global-norm clipping; 0 disables
+  std::uint64_t seed = 1337;
+  bool skip_nonfinite = false;
+
+  int eval_every = 50;        // 0: only at the end
+  int eval_windows = 32;      // validation windows per evaluation
+
+  // Data parallelism.
+  std::string allreduce = "ring";
+  DType grad_dtype = DType::bf16;
+  int check_every = 100;      // weight-hash comparison across ranks
+
+  int threads = 0;            // OpenMP threads per rank; 0: cores / ranks on this node
+
+  std::string log;            // JSONL metrics
+  std::string save;           // checkpoint directory
+  int save_every = 0;         // 0: only at the end
+  std::string resume;         // checkpoint directory to continue from
+  bool quiet = false;         // no per-step lines
+};
+
+// Parses argv (and a --config file). Returns nullopt when help was printed. Throws UserError on bad input.
+std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool print_help = true);
+
+// Checks ranges and combinations that CLI11 cannot (world size against batch, ...).
+void validate(const TrainOptions& options, int world_size);
+
+}  // namespace dptrain

@@ -1,0 +1,28 @@
+// dptrain: train the GPT model data-parallel over MPI ranks (`mpirun -np W dptrain ...`).
+#include <memory>
+#include <optional>
+
+#include "dptrain/core/error.hpp"
+#include "dptrain/train/mpi_world.hpp"
+#include "dptrain/train/options.hpp"
+#include "dptrain/train/trainer.hpp"
+
+int main(int argc, char** argv) {
+  dptrain::MpiWorld world(argc, argv);
+  std::optional<dptrain::TrainOptions> options;
+  std::unique_ptr<dptrain::Trainer> trainer;
+  const int setup = world.agree(
+      [&] {
+        options = dptrain::parse_train_options(argc, argv, world.rank() == 0);
+        if (options) trainer = std::make_unique<dptrain::Trainer>(*options, world);
+      },
+      "dptrain");
+  if (setup != 0 || !options) return setup;
+  try {
+    return trainer->run();
+  } catch (const dptrain::UserError& e) {
+    world.abort(e.what(), dptrain::kExitBadInput);
+  } catch (const std::exception& e) {
+    world.abort(e.what(), 1);
+  }
+}

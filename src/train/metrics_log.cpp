@@ -1,0 +1,19 @@
+// JSONL writer.
+#include "dptrain/train/metrics_log.hpp"
+
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+
+MetricsLog::MetricsLog(const std::string& path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::trunc) {
+  require(out_.is_open(), "--log: cannot open '{}' for writing", path);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  if (!out_.is_open()) return;
+  out_ << record.dump() << '\n';
+  out_.flush();
+}
+
+}  // namespace dptrain

@@ -1,0 +1,81 @@
+// MPI start-up, agreement on set-up errors, and job-wide abort.
+#include "dptrain/train/mpi_world.hpp"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <numeric>
+
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+
+MpiWorld::MpiWorld(int& argc, char**& argv) {
+  int provided = 0;
+  // The communication thread of the overlap engine is the only one that calls MPI during a step, but the
+  // main thread calls it between steps: MPI_THREAD_MULTIPLE keeps both legal without relying on a handoff.
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
+}
+
+MpiWorld::~MpiWorld() { MPI_Finalize(); }
+
+void MpiWorld::barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
+
+double MpiWorld::sum_in_rank_order(double x) const {
+  std::vector<double> all(size_);
+  MPI_Allgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  double total = 0;
+  for (double v : all) total += v;
+  return total;
+}
+
+std::vector<std::uint64_t> MpiWorld::all_gather(std::uint64_t x) const {
+  std::vector<std::uint64_t> all(size_);
+  MPI_Allgather(&x, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  return all;
+}
+
+int MpiWorld::agree(const std::function<void()>& setup, const char* program) const {
+  int code = 0;
+  std::string message;
+  try {
+    setup();
+  } catch (const UserError& e) {
+    code = kExitBadInput;
+    message = e.what();
+  } catch (const std::exception& e) {
+    code = 1;
+    message = e.what();
+  }
+  int worst = 0, failed = code != 0, failed_ranks = 0;
+  MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&failed, &failed_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (worst == 0) return 0;
+  if (failed_ranks == size_) {
+    // Every rank failed; the first one speaks for all (with a single rank this is the plain error line).
+    if (rank_ == 0) std::fprintf(stderr, "%s: %s\n", program, message.c_str());
+  } else if (code != 0) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", program, rank_, message.c_str());
+  }
+  std::fflush(stderr);
+  return worst;
+}
+
+void MpiWorld::abort(const std::string& message, int code) const {
+  std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
+  std::fflush(stderr);
+  if (size_ == 1) {
+    MPI_Finalize();
+    std::exit(code);
+  }
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace dptrain

@@ -1,0 +1,114 @@
+// Reading and writing safetensors files; atomic file replacement.
+#include "dptrain/train/safetensors.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+namespace {
+
+std::size_t dtype_size(const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "BF16" || dtype == "F16" || dtype == "U16") return 2;
+  if (dtype == "F64" || dtype == "I64") return 8;
+  if (dtype == "U8" || dtype == "I8") return 1;
+  return 0;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  require(fd >= 0, "cannot create '{}': {}", temporary, std::strerror(errno));
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n <= 0) {
+      const int error = errno;
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      fail("cannot write '{}': {}", temporary, std::strerror(error));
+    }
+    written += std::size_t(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    fail("cannot replace '{}': {}", path, std::strerror(error));
+  }
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::size_t offset = 0;
+  for (const auto& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
+    offset += t.bytes;
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::string bytes;
+  bytes.reserve(8 + json.size() + offset);
+  const std::uint64_t header_size = json.size();
+  bytes.append(reinterpret_cast<const char*>(&header_size), 8);
+  bytes.append(json);
+  for (const auto& t : tensors) bytes.append(static_cast<const char*>(t.data), t.bytes);
+  write_file_atomically(path, bytes);
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  require(bool(in), "cannot open checkpoint file '{}'", path);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  require(bytes.size() >= 8, "checkpoint file '{}' is truncated ({} bytes)", path, bytes.size());
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  require(header_size <= bytes.size() - 8, "checkpoint file '{}' is truncated: header of {} bytes, file of {}",
+          path, header_size, bytes.size());
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.substr(8, header_size));
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint file '{}' has a damaged header: {}", path, e.what());
+  }
+  const std::size_t data_begin = 8 + header_size, data_size = bytes.size() - data_begin;
+  SafetensorsFile file;
+  try {
+    for (const auto& [name, value] : header.items()) {
+      if (name == "__metadata__") {
+        file.metadata = value.get<std::map<std::string, std::string>>();
+        continue;
+      }
+      TensorRead t;
+      t.dtype = value.at("dtype").get<std::string>();
+      t.shape = value.at("shape").get<std::vector<std::size_t>>();
+      const auto offsets = value.at("data_offsets").get<std::vector<std::size_t>>();
+      std::size_t numel = 1;
+      for (auto d : t.shape) numel *= d;
+      require(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size &&
+                  offsets[1] - offsets[0] == numel * dtype_size(t.dtype),
+              "checkpoint file '{}' is damaged: tensor '{}' has inconsistent offsets or is truncated", path, name);
+      t.data.assign(bytes.data() + data_begin + offsets[0], bytes.data() + data_begin + offsets[1]);
+      file.tensors.emplace(name, std::move(t));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint file '{}' has a damaged header: {}", path, e.what());
+  }
+  return file;
+}
+
+}  // namespace dptrain

@@ -1,0 +1,170 @@
+// The training loop of dptrain.
+#include "dptrain/train/trainer.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dptrain/core/error.hpp"
+#include "dptrain/core/timer.hpp"
+#include "dptrain/train/checkpoint.hpp"
+#include "dptrain/train/schedule.hpp"
+
+namespace dptrain {
+
+namespace {
+
+std::string human_count(double x) {
+  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
+  return fmt::format("{:.0f}", x);
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
+  validate(options_, world_.size());
+  threads_ = options_.threads > 0
+                 ? options_.threads
+                 : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world_.local_size()));
+  omp_set_num_threads(threads_);
+
+  data_ = std::make_unique<Dataset>(load_corpus(options_.data), options_.val_fraction, options_.model.seq,
+                                    options_.model.vocab);
+  local_windows_ = std::size_t(options_.batch / world_.size());
+  windows_.resize(local_windows_ * std::size_t(options_.model.seq + 1));
+
+  backend_ = make_cpu_backend();
+  RankGroup group;
+  group.rank = world_.rank();
+  group.size = world_.size();
+  group.sum_scalar = [this](double x) { return world_.sum_in_rank_order(x); };
+  engine_ = std::make_unique<DataParallelEngine>(options_.model, *backend_, std::move(group), options_.grad_dtype,
+                                                 local_windows_);
+  if (!options_.resume.empty()) {
+    load_checkpoint(options_.resume, *engine_, options_);
+  } else {
+    engine_->initialise(options_.seed);
+  }
+  if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::say(const std::string& line) const {
+  if (world_.rank() == 0) fmt::print("{}\n", line);
+  std::fflush(stdout);
+}
+
+void Trainer::fill_local_windows(int step) {
+  const std::size_t first = std::size_t(world_.rank()) * local_windows_, W = std::size_t(options_.model.seq + 1);
+  for (std::size_t i = 0; i < local_windows_; ++i)
+    data_->train_window(options_.seed, std::uint64_t(step), first + i, windows_.data() + i * W);
+}
+
+double Trainer::evaluate() {
+  const std::size_t E = std::size_t(options_.eval_windows), R = std::size_t(world_.size());
+  const std::size_t r = std::size_t(world_.rank()), begin = r * E / R, end = (r + 1) * E / R;
+  const std::size_t W = std::size_t(options_.model.seq + 1);
+  std::vector<std::int32_t> windows((end - begin) * W);
+  for (std::size_t i = begin; i < end; ++i) data_->val_window(i, E, windows.data() + (i - begin) * W);
+  const double local = end > begin ? engine_->loss_sum(windows.data(), end - begin) : 0.0;
+  return world_.sum_in_rank_order(local) / double(E * std::size_t(options_.model.seq));
+}
+
+void Trainer::check_weights_agree(int step) {
+  const auto hashes = world_.all_gather(engine_->weights_hash());
+  std::vector<int> differing;
+  for (int r = 1; r < world_.size(); ++r)
+    if (hashes[r] != hashes[0]) differing.push_back(r);
+  if (!differing.empty())
+    world_.abort(fmt::format("weights differ across ranks after step {}: rank(s) {} disagree with rank 0", step,
+                             fmt::join(differing, ", ")),
+                 1);
+}
+
+int Trainer::run() {
+  const ModelConfig& m = options_.model;
+  const std::size_t tokens_per_step = std::size_t(options_.batch) * std::size_t(m.seq);
+  say(fmt::format("dptrain | {} | data: {} ({} train, {} val tokens)", describe(m), data_->description(),
+                  data_->train_tokens(), data_->val_tokens()));
+  say(fmt::format("dptrain | {} rank(s) × {} thread(s) | batch {} × {} = {} tokens/step | grad {} | all-reduce {}",
+                  world_.size(), threads_, options_.batch, m.seq, tokens_per_step, dtype_name(options_.grad_dtype),
+                  options_.allreduce));
+  const int first_step = engine_->optimizer_step();
+  if (first_step > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step));
+
+  double total_seconds = 0, last_loss = NAN, last_val = NAN;
+  int timed_steps = 0;
+  for (int step = first_step; step < options_.steps; ++step) {
+    fill_local_windows(step);
+    const double lr = learning_rate(step, options_.steps, options_.warmup, options_.lr, options_.min_lr);
+    Stopwatch watch;
+    const StepResult result =
+        engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
+    const double seconds = watch.seconds();
+    if (!result.finite) {
+      const std::string what = fmt::format("step {}: loss {} and gradient norm {} are not finite", step + 1,
+                                           result.loss, result.grad_norm);
+      if (!options_.skip_nonfinite) {
+        say(fmt::format("dptrain: {}; stopping (use --skip-nonfinite to skip such steps)", what));
+        return kExitNonFinite;
+      }
+      say(fmt::format("dptrain: {}; step skipped", what));
+      continue;
+    }
+    total_seconds += seconds;
+    ++timed_steps;
+    last_loss = result.loss;
+    const bool last = step + 1 == options_.steps;
+    std::optional<double> val_loss;
+    if (last || (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0)) last_val = *(val_loss = evaluate());
+    if (last || (options_.check_every > 0 && (step + 1) % options_.check_every == 0)) check_weights_agree(step + 1);
+
+    const double tokens_per_s = double(tokens_per_step) / seconds;
+    if (!options_.quiet) {
+      std::string line = fmt::format("step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.3f} | {:.1f} ms | {} tok/s",
+                                     step + 1, options_.steps, result.loss, lr, result.grad_norm, 1e3 * seconds,
+                                     human_count(tokens_per_s));
+      if (val_loss) line += fmt::format(" | val {:.4f}", *val_loss);
+      say(line);
+    }
+    nlohmann::json record = {{"step", step + 1},          {"loss", result.loss},
+                             {"lr", lr},                  {"grad_norm", result.grad_norm},
+                             {"step_ms", 1e3 * seconds}, {"tokens_per_s", tokens_per_s}};
+    if (val_loss) record["val_loss"] = *val_loss;
+    log_.write(record);
+
+    if (!options_.save.empty() && (last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0))) {
+      if (world_.rank() == 0) {
+        const std::string where = save_checkpoint(options_.save, *engine_, options_);
+        if (!options_.quiet) say(fmt::format("dptrain | saved checkpoint {}", where));
+      }
+      world_.barrier();
+    }
+  }
+  const double mean_ms = timed_steps ? 1e3 * total_seconds / timed_steps : 0.0;
+  const double tokens_per_s = total_seconds > 0 ? double(tokens_per_step) * timed_steps / total_seconds : 0.0;
+  say(fmt::format("dptrain | done: {} steps | final loss {:.4f} | val {:.4f} | {:.1f} ms/step | {} tok/s",
+                  timed_steps, last_loss, last_val, mean_ms, human_count(tokens_per_s)));
+  log_.write({{"event", "summary"},
+              {"steps", timed_steps},
+              {"first_step", first_step + 1},
+              {"last_step", options_.steps},
+              {"tokens", double(tokens_per_step) * timed_steps},
+              {"train_seconds", total_seconds},
+              {"mean_step_ms", mean_ms},
+              {"tokens_per_s", tokens_per_s},
+              {"final_loss", last_loss},
+              {"final_val_loss", last_val},
+              {"parameters", engine_->layout().total()},
+              {"ranks", world_.size()},
+              {"threads_per_rank", threads_}});
+  return 0;
+}
+
+}  // namespace dptrain
