@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
-#include <map>
 
 #include "dptrain/core/error.hpp"
 
@@ -14,6 +13,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   TrainOptions o;
   CLI::App app{"dptrain: data-parallel training of a GPT-2-style model (run under mpirun for several ranks)",
                "dptrain"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   app.set_config("--config", "", "TOML file whose keys are the long flag names (flags given later win)");
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.get_formatter()->column_width(34);
@@ -46,10 +46,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
 
   app.add_option("--allreduce", o.allreduce, "Gradient all-reduce: ring, tree or native (the MPI library's)")
       ->capture_default_str();
-  std::map<std::string, DType> dtypes{{"bf16", DType::bf16}, {"fp32", DType::f32}};
-  app.add_option("--grad-dtype", o.grad_dtype, "Gradient and wire type: bf16 or fp32")
-      ->transform(CLI::CheckedTransformer(dtypes, CLI::ignore_case))
-      ->default_str("bf16");
+  std::string grad_dtype = "bf16";
+  app.add_option("--grad-dtype", grad_dtype, "Gradient and wire type: bf16 or fp32")->capture_default_str();
   app.add_option("--check-every", o.check_every, "Compare a hash of the weights across ranks every N steps")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks on the node)")
@@ -67,9 +65,14 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   } catch (const CLI::CallForHelp&) {
     if (print_help) std::cout << app.help();
     return std::nullopt;
+  } catch (const CLI::ConfigError& e) {
+    fail("--config: {} (keys are the long flag names, e.g. `layers = 4`)", e.what());
   } catch (const CLI::ParseError& e) {
     fail("{}", e.what());
   }
+  require(grad_dtype == "bf16" || grad_dtype == "fp32", "--grad-dtype: unknown type '{}' (expected bf16 or fp32)",
+          grad_dtype);
+  o.grad_dtype = grad_dtype == "bf16" ? DType::bf16 : DType::f32;
   return o;
 }
 

@@ -61,14 +61,16 @@ void Trainer::say(const std::string& line) const {
 }
 
 void Trainer::fill_local_windows(int step) {
-  const std::size_t first = std::size_t(world_.rank()) * local_windows_, W = std::size_t(options_.model.seq + 1);
-  for (std::size_t i = 0; i < local_windows_; ++i)
-    data_->train_window(options_.seed, std::uint64_t(step), first + i, windows_.data() + i * W);
+  const WindowRange mine = rank_windows(std::size_t(options_.batch), std::size_t(world_.size()),
+                                       std::size_t(world_.rank()));
+  const std::size_t W = std::size_t(options_.model.seq + 1);
+  for (std::size_t i = mine.begin; i < mine.end; ++i)
+    data_->train_window(options_.seed, std::uint64_t(step), i, windows_.data() + (i - mine.begin) * W);
 }
 
 double Trainer::evaluate() {
   const std::size_t E = std::size_t(options_.eval_windows), R = std::size_t(world_.size());
-  const std::size_t r = std::size_t(world_.rank()), begin = r * E / R, end = (r + 1) * E / R;
+  const auto [begin, end] = rank_windows(E, R, std::size_t(world_.rank()));
   const std::size_t W = std::size_t(options_.model.seq + 1);
   std::vector<std::int32_t> windows((end - begin) * W);
   for (std::size_t i = begin; i < end; ++i) data_->val_window(i, E, windows.data() + (i - begin) * W);

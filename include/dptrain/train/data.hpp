@@ -30,6 +30,14 @@ std::vector<std::uint16_t> read_token_shard(const std::string& path);
 // Writes a token shard (for tests and for users converting corpora).
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);
 
+// The global windows [begin, end) of a batch of `batch` windows that rank `rank` of `ranks` computes.
+struct WindowRange {
+  std::size_t begin = 0, end = 0;
+};
+inline WindowRange rank_windows(std::size_t batch, std::size_t ranks, std::size_t rank) {
+  return {rank * batch / ranks, (rank + 1) * batch / ranks};
+}
+
 class Dataset {
  public:
   // Splits the corpus: the first (1 − val_fraction) of the tokens train, the rest validate. Throws UserError

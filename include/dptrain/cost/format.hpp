@@ -1,0 +1,34 @@
+// How the systems model prints numbers (SYSTEMS-MODEL.md: 10^9 bytes per GB; "52.5 ms", "23.58 GB") and the
+// Markdown tables it prints them in.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dptrain::cost {
+
+// Seconds with the largest unit that keeps the value ≥ 1: "13.13 s", "52.5 ms", "70.0 µs", "12.0 ns"
+// (two decimals for seconds, one below).
+std::string format_seconds(double seconds);
+// Bytes in powers of 10^3, two decimals: "23.58 GB", "1.68 GB", "512.00 KB", "12 B". GB is the largest unit.
+std::string format_bytes(double bytes);
+// A fraction as a percentage, one decimal: 0.4729 → "47.3%".
+std::string format_percent(double fraction);
+// FLOPs with an SI prefix, two decimals: "46.87 GFLOP".
+std::string format_flops(double flops);
+// Thousands separated by commas: 6738149376 → "6,738,149,376".
+std::string format_count(std::int64_t count);
+
+// A GitHub-flavoured Markdown table, unpadded, exactly as SYSTEMS-MODEL.md writes its tables.
+class MarkdownTable {
+ public:
+  explicit MarkdownTable(std::vector<std::string> header);
+  void add_row(std::vector<std::string> cells);  // as many cells as the header (a logic error otherwise)
+  std::string str() const;                       // header, |---| line, rows; each line ends with '\n'
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace dptrain::cost

@@ -1,0 +1,28 @@
+// ZeRO memory per rank and bytes sent per step, stages 0–3 (SYSTEMS-MODEL.md "Memory per rank").
+// Ψ parameters, d data-parallel ranks; BF16 weights (2Ψ), BF16 gradients (2Ψ), fp32 master + Adam m + v (KΨ, K = 12).
+#pragma once
+
+namespace dptrain::cost {
+
+inline constexpr double kWeightBytesPerParam = 2;      // BF16 working weight
+inline constexpr double kGradientBytesPerParam = 2;    // BF16 gradient (also the wire dtype)
+inline constexpr double kOptimizerBytesPerParam = 12;  // K: fp32 master, Adam m, Adam v
+
+inline constexpr int kZeroStages = 4;  // 0, 1, 2, 3
+
+struct ZeroMemory {
+  double weights_bytes;    // stage 3: 2Ψ/d, else 2Ψ
+  double gradients_bytes;  // stages 2, 3: 2Ψ/d, else 2Ψ
+  double optimizer_bytes;  // stages 1–3: KΨ/d, else KΨ
+  double total_bytes() const { return weights_bytes + gradients_bytes + optimizer_bytes; }
+};
+
+// Throws UserError for a stage outside 0–3 or fewer than one rank.
+ZeroMemory zero_memory_per_rank(int stage, double params, int ranks);
+
+// Bytes each rank sends in one step with ring collectives: stages 0–2 send one all-reduce of the BF16 gradient
+// (reduce-scatter + all-gather is an all-reduce cut in two); stage 3 sends 1.5 times that (the weights are
+// all-gathered again in the backward pass).
+double zero_bytes_sent_per_step(int stage, double params, int ranks);
+
+}  // namespace dptrain::cost

@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""The dptrain GPT-2 model in plain PyTorch: the reference to compare against, in speed and in mathematics.
+
+Same architecture as src/compute/gpt.cpp: learned token and position embeddings, pre-LayerNorm blocks (eps 1e-5)
+with causal multi-head attention (qkv and output projections with biases) and a 4H MLP with tanh-GELU, a final
+LayerNorm and an LM head tied to the token embedding; the loss is the mean cross-entropy. Parameter names, order
+and [out, in] shapes are those of the flat layout (include/dptrain/model/layout.hpp). Attention is the plain math,
+softmax(QKᵀ/√d + causal mask)·V (torch 1.13 has no scaled_dot_product_attention).
+
+  bench  train in fp32 eager mode on random tokens with AdamW and print `pytorch_tokens_per_s <value>`
+  check  load weights from a safetensors file, run one forward/backward, print the loss and gradient norms (JSON)
+
+Run with Debian's /usr/bin/python3 (torch 1.13, numpy).
+"""
+import argparse
+import json
+import math
+import statistics
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self, width, heads, seq):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = nn.Linear(width, 3 * width)  # weight [3H, H]: q | k | v, heads contiguous in each
+        self.c_proj = nn.Linear(width, width)
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq, dtype=torch.bool)), persistent=False)
+
+    def forward(self, x):  # x [B, T, H]
+        B, T, H = x.shape
+        hs = H // self.heads
+        q, k, v = self.c_attn(x).split(H, dim=2)
+        q = q.view(B, T, self.heads, hs).transpose(1, 2)  # [B, NH, T, hs]
+        k = k.view(B, T, self.heads, hs).transpose(1, 2)
+        v = v.view(B, T, self.heads, hs).transpose(1, 2)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # [B, NH, T, T]
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
+        y = F.softmax(scores, dim=-1) @ v  # [B, NH, T, hs]
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H))
+
+
+class Mlp(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.c_fc = nn.Linear(width, 4 * width)  # [4H, H]
+        self.c_proj = nn.Linear(4 * width, width)  # [H, 4H]
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads, seq):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width, eps=1e-5)
+        self.attn = Attention(width, heads, seq)
+        self.ln_2 = nn.LayerNorm(width, eps=1e-5)
+        self.mlp = Mlp(width)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab, seq, layers, width, heads):
+        super().__init__()
+        if layers < 1 or width % heads != 0:
+            raise SystemExit(f"gpt_reference: need layers >= 1 and heads dividing width, got layers {layers}, "
+                             f"width {width}, heads {heads}")
+        self.wte = nn.Embedding(vocab, width)  # also the LM head (tied)
+        self.wpe = nn.Embedding(seq, width)
+        self.h = nn.ModuleList(Block(width, heads, seq) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width, eps=1e-5)
+        self.initialise(layers)
+
+    def initialise(self, layers):
+        # GPT-2: normal(0, 0.02), residual projections 0.02/sqrt(2L), biases 0, LayerNorm weights 1.
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                nn.init.ones_(p) if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")) else nn.init.zeros_(p)
+            else:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith("c_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, inputs, targets):  # [B, T] each → mean cross-entropy
+        T = inputs.shape[1]
+        x = self.wte(inputs) + self.wpe(torch.arange(T, device=inputs.device))
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # [B, T, V]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def adamw(model, lr=3e-4):
+    # Decay 2-D tensors (matrices and embeddings) only, as the flat layout marks them.
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def bench(args):
+    if args.steps < 3:
+        raise SystemExit(f"gpt_reference: --steps must be at least 3 (2 warm-up + 1 timed), got {args.steps}")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = Gpt(args.vocab, args.seq, args.layers, args.width, args.heads)
+    optimizer = adamw(model)
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    tokens_per_step = args.batch * args.seq
+    times = []
+    for step in range(args.steps):
+        windows = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=generator)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(windows[:, :-1], windows[:, 1:])
+        loss.backward()
+        optimizer.step()
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        print(f"step {step} loss {loss.item():.4f} time {elapsed * 1e3:.1f} ms"
+              f"{' (warm-up)' if step < 2 else ''}", file=sys.stderr)
+    median = statistics.median(times[2:])
+    params = sum(p.numel() for p in model.parameters())
+    print(f"torch {torch.__version__}, {args.threads} threads, {params} parameters, {tokens_per_step} tokens/step, "
+          f"median step {median * 1e3:.1f} ms over {len(times) - 2} steps", file=sys.stderr)
+    print(f"pytorch_tokens_per_s {tokens_per_step / median:.1f}")
+
+
+def read_safetensors(path):
+    """name → fp32 numpy array, for F32 and BF16 tensors (the formats dptrain writes)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (header_size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + header_size])
+    body = data[8 + header_size:]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = body[begin:end]
+        if info["dtype"] == "F32":
+            array = np.frombuffer(raw, dtype="<f4")
+        elif info["dtype"] == "BF16":
+            array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise SystemExit(f"gpt_reference: {path}: tensor {name} has dtype {info['dtype']}; F32 or BF16 expected")
+        tensors[name] = array.reshape(info["shape"]).copy()
+    return tensors
+
+
+def check(args):
+    torch.set_num_threads(args.threads)
+    tensors = read_safetensors(args.safetensors)
+    if "wte.weight" not in tensors or "wpe.weight" not in tensors:
+        raise SystemExit(f"gpt_reference: {args.safetensors} has no wte.weight/wpe.weight")
+    vocab, width = tensors["wte.weight"].shape
+    seq = tensors["wpe.weight"].shape[0]
+    layers = sum(1 for name in tensors if name.endswith(".ln_1.weight"))
+    model = Gpt(vocab, seq, layers, width, args.heads)
+    state = model.state_dict()
+    missing = sorted(set(state) - set(tensors))
+    unexpected = sorted(set(tensors) - set(state))
+    if missing or unexpected:
+        raise SystemExit(f"gpt_reference: names differ from the layout: missing {missing}, unexpected {unexpected}")
+    for name, value in tensors.items():
+        if tuple(state[name].shape) != value.shape:
+            raise SystemExit(f"gpt_reference: {name} has shape {list(value.shape)}, "
+                             f"expected {list(state[name].shape)}")
+    model.load_state_dict({name: torch.from_numpy(value) for name, value in tensors.items()})
+    if args.tokens:
+        windows = torch.from_numpy(np.fromfile(args.tokens, dtype="<i4").astype(np.int64)).view(-1, seq + 1)
+    else:
+        windows = torch.randint(0, vocab, (args.batch, seq + 1), generator=torch.Generator().manual_seed(args.seed))
+    loss = model(windows[:, :-1], windows[:, 1:])
+    loss.backward()
+    print(json.dumps({
+        "loss": loss.item(),
+        "windows": windows.shape[0],
+        "grad_norm": math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in model.parameters())),
+        "grad_norms": {name: float(p.grad.double().norm()) for name, p in model.named_parameters()},
+    }, indent=1))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("bench", help="fp32 eager training throughput on random tokens")
+    b.add_argument("--layers", type=int, default=4)
+    b.add_argument("--width", type=int, default=256)
+    b.add_argument("--heads", type=int, default=4)
+    b.add_argument("--seq", type=int, default=128)
+    b.add_argument("--vocab", type=int, default=256)
+    b.add_argument("--batch", type=int, default=16, help="windows per step")
+    b.add_argument("--steps", type=int, default=6, help="steps in all; the first 2 are warm-up, the median of the "
+                                                         "rest is reported")
+    b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--seed", type=int, default=1234)
+    c = sub.add_parser("check", help="loss and gradient norms of the weights in a safetensors file")
+    c.add_argument("--safetensors", required=True)
+    c.add_argument("--heads", type=int, required=True, help="not recorded in the weights")
+    c.add_argument("--tokens", help="int32 little-endian windows [n, seq+1]; default: random windows")
+    c.add_argument("--batch", type=int, default=4, help="random windows when --tokens is not given")
+    c.add_argument("--seed", type=int, default=1234)
+    c.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    bench(args) if args.mode == "bench" else check(args)
+
+
+if __name__ == "__main__":
+    main()

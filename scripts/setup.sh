@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dptrain needs (as root), or prints the one apt-get line to run.
+set -euo pipefail
+packages=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libopenblas-openmp-dev libcli11-dev
+          nlohmann-json3-dev libfmt-dev libgtest-dev fortunes)
+# Optional peers for the benchmarks and plots (not needed to build or test): DPTRAIN_SETUP_EXTRAS=1.
+if [[ "${DPTRAIN_SETUP_EXTRAS:-0}" == 1 ]]; then packages+=(python3-torch python3-matplotlib python3-numpy); fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+if [[ $(id -u) -ne 0 ]]; then
+  echo "dptrain needs: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,49 @@
+// Device and model presets of the systems model.
+#include "dptrain/cost/hardware.hpp"
+
+#include <array>
+
+#include "dptrain/core/error.hpp"
+
+namespace dptrain::cost {
+namespace {
+
+// Dense BF16 peak without sparsity (SYSTEMS-MODEL.md "Presets").
+constexpr std::array kDevicePresets = {
+    DevicePreset{"h100", "H100 SXM", 989e12},
+    DevicePreset{"h200", "H200", 989e12},
+    DevicePreset{"a100", "A100", 312e12},
+};
+
+// SYSTEMS-MODEL.md "Reference": 4M-token batches of 4096-token sequences.
+constexpr std::array kModelPresets = {
+    ModelPreset{"llama-7b",
+                ModelShape{.params = 6'738'149'376, .layers = 32, .width = 4096, .seq = 4096,
+                           .tokens_per_step = 1'048'576}},
+};
+
+template <typename Preset, std::size_t Count>
+const Preset* find_by_name(const std::array<Preset, Count>& presets, std::string_view name) {
+  for (const Preset& preset : presets) {
+    if (preset.name == name) return &preset;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::span<const DevicePreset> device_presets() { return kDevicePresets; }
+const DevicePreset* find_device_preset(std::string_view name) { return find_by_name(kDevicePresets, name); }
+
+std::span<const ModelPreset> model_presets() { return kModelPresets; }
+const ModelPreset* find_model_preset(std::string_view name) { return find_by_name(kModelPresets, name); }
+
+void validate(const ModelShape& shape) {
+  require(shape.params > 0, "model parameters N = {} must be positive", shape.params);
+  require(shape.layers > 0, "model layers L = {} must be positive", shape.layers);
+  require(shape.width > 0, "model width H = {} must be positive", shape.width);
+  require(shape.seq > 0, "sequence length Q = {} must be positive", shape.seq);
+  require(shape.tokens_per_step > 0, "tokens per step D = {} must be positive", shape.tokens_per_step);
+}
+
+}  // namespace dptrain::cost

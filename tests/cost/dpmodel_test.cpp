@@ -1,0 +1,116 @@
+// Runs the dpmodel binary: the reference command prints SYSTEMS-MODEL.md's numbers, --json agrees, project
+// configs work, and bad input is one line `dpmodel: ...` with exit code 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+std::string dpmodel_path() {
+#ifdef DPMODEL_PATH
+  return DPMODEL_PATH;
+#else
+  const char* dir = std::getenv("DPTRAIN_BINARY_DIR");
+  return std::string(dir ? dir : ".") + "/dpmodel";
+#endif
+}
+
+struct ProcessResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+ProcessResult run_dpmodel(const std::string& arguments) {
+  const std::string command = dpmodel_path() + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string output;
+  std::array<char, 4096> buffer;
+  while (std::size_t read = std::fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), read);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(Dpmodel, ReferenceCommandPrintsSystemsModelNumbers) {
+  const ProcessResult run = run_dpmodel("--model llama-7b --gpus 8 --link nvlink-h100 --compress 16");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* part : {"Gradient M = 13.48 GB in BF16.",
+                           "| NVLink, 8 GPUs | ring all-reduce | 52.5 ms | 23.58 GB |",
+                           "| NVLink, 8 GPUs | binary-tree all-reduce (not pipelined) | 179.7 ms | 26.95 GB |",
+                           "| NVLink, 8 GPUs | reduce-scatter | 26.2 ms | 11.79 GB |",
+                           "| NVLink, 8 GPUs | all-gather | 26.2 ms | 11.79 GB |",
+                           "| 2 | 13.48 GB | 1.68 GB | 10.11 GB | 25.27 GB | 23.58 GB |",
+                           "all-gather of compressed pieces (1 in 16; BF16 value + 4-byte index)",
+                           "| overlapped | 13.13 s |"}) {
+    EXPECT_TRUE(contains(run.output, part)) << "missing: " << part << "\n" << run.output;
+  }
+}
+
+TEST(Dpmodel, JsonHasTheSameNumbers) {
+  const ProcessResult run = run_dpmodel("--model llama-7b --gpus 8 --link alpha=5us,bw=450GB/s --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json out = nlohmann::json::parse(run.output);
+  EXPECT_EQ(out["gpus"], 8);
+  EXPECT_EQ(out["model"]["params"], 6'738'149'376);
+  EXPECT_NEAR(out["collectives"]["ring_all_reduce"]["seconds"].get<double>(), 0.05247782848, 1e-12);
+  EXPECT_DOUBLE_EQ(out["collectives"]["ring_all_reduce"]["wire_bytes"].get<double>(), 23'583'522'816.0);
+  EXPECT_DOUBLE_EQ(out["zero"][2]["total_bytes"].get<double>(), 25'268'060'160.0);
+  EXPECT_DOUBLE_EQ(out["step"]["overlapped_mfu"].get<double>(), 0.473);
+}
+
+TEST(Dpmodel, SweepOverGpuCountsOnInfiniBand) {
+  const ProcessResult run = run_dpmodel("--model llama-7b --gpus 2,4,8,...,1024 --link ib-400g");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "| 64 | 531.9 ms | 26.53 GB | 3.23 s |")) << run.output;
+  EXPECT_TRUE(contains(run.output, "| 1024 | ")) << run.output;
+  const ProcessResult json_run = run_dpmodel("--model llama-7b --gpus 2,4,8,...,1024 --link ib-400g --json");
+  ASSERT_EQ(json_run.exit_code, 0) << json_run.output;
+  EXPECT_EQ(nlohmann::json::parse(json_run.output)["sweep"].size(), 10u);
+}
+
+TEST(Dpmodel, ProjectConfigGivesParameterCountAndTokens) {
+  // N = V·H + Q·H + L·(12H² + 13H) + 2H = 65,536 + 32,768 + 4·789,760 + 512; D = batch·seq = 8·128.
+  const std::filesystem::path config = std::filesystem::temp_directory_path() / "dpmodel_test_tiny.toml";
+  std::ofstream(config) << "# tiny\nvocab = 256\nseq = 128\nlayers = 4\nwidth = 256\nheads = 4\nbatch = 8\n"
+                           "lr = 3e-4\nsteps = 100\n";
+  const ProcessResult run = run_dpmodel("--config " + config.string() + " --gpus 4 --link wan-100g --device a100");
+  std::filesystem::remove(config);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "Model dpmodel_test_tiny (N = 3,257,856; L = 4; H = 256; Q = 128; 1,024 tokens "
+                                   "per step)"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "4 × A100 (312 TFLOP/s")) << run.output;
+}
+
+TEST(Dpmodel, AnyModelFromFlags) {
+  const ProcessResult run = run_dpmodel("--params 1000000 --layers 2 --width 64 --seq 32 --tokens 4096 --gpus 2 "
+                              "--peak-tflops 100 --eta 0.5 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json out = nlohmann::json::parse(run.output);
+  // (6·10^6 + 12·2·64·32)·4096 FLOPs over 2·100e12·0.5 FLOP/s.
+  EXPECT_DOUBLE_EQ(out["step"]["compute_s"].get<double>(), (6e6 + 12.0 * 2 * 64 * 32) * 4096 / (2 * 100e12 * 0.5));
+}
+
+TEST(Dpmodel, BadInputIsOneLineAndExitCodeTwo) {
+  for (const char* arguments : {"--link alpha=5xs,bw=1GB/s", "--link nvlink", "--gpus 0", "--gpus 2,4,...,9",
+                                "--model gpt-5", "--device tpu", "--eta 2", "--compress 0", "--params 100",
+                                "--model llama-7b --params 100", "--device h100 --peak-tflops 5", "--nonsense",
+                                "--config /nonexistent/x.toml", "--vocab 256 --seq 128 --layers 2 --width 100 "
+                                "--heads 3 --tokens 10"}) {
+    const ProcessResult run = run_dpmodel(arguments);
+    EXPECT_EQ(run.exit_code, 2) << arguments << "\n" << run.output;
+    EXPECT_EQ(run.output.rfind("dpmodel: ", 0), 0u) << arguments << "\n" << run.output;
+    EXPECT_EQ(run.output.find('\n'), run.output.size() - 1) << arguments << "\n" << run.output;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,100 @@
+// Safetensors files and checkpoints: exact round trips, damaged files refused, no temporary files left.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "dptrain/core/error.hpp"
+#include "dptrain/train/checkpoint.hpp"
+#include "dptrain/train/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace dptrain {
+namespace {
+
+using testing::TemporaryDirectory;
+
+TEST(Safetensors, RoundTripIsExactAndHeaderIsStandard) {
+  TemporaryDirectory dir("st");
+  std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, 7.0f};
+  std::vector<bf16> b = {to_bf16(1.0f), to_bf16(-0.5f)};
+  write_safetensors(dir / "x.safetensors", {{"a", "F32", {2, 3}, a.data(), 24}, {"b", "BF16", {2}, b.data(), 4}},
+                    {{"format", "pt"}});
+  std::ifstream in(dir / "x.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  EXPECT_EQ(header_size % 8, 0u);
+  EXPECT_EQ(bytes.size(), 8 + header_size + 28);
+  const auto header = nlohmann::json::parse(bytes.substr(8, header_size));
+  EXPECT_EQ(header["a"]["data_offsets"], nlohmann::json({0, 24}));
+  EXPECT_EQ(header["b"]["data_offsets"], nlohmann::json({24, 28}));
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
+
+  const SafetensorsFile f = read_safetensors(dir / "x.safetensors");
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(f.tensors.at("a").shape, (std::vector<std::size_t>{2, 3}));
+  EXPECT_EQ(std::memcmp(f.tensors.at("a").data.data(), a.data(), 24), 0);
+  EXPECT_EQ(std::memcmp(f.tensors.at("b").data.data(), b.data(), 4), 0);
+  // No temporary file is left beside it.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path), {}), 1);
+}
+
+TEST(Safetensors, DamagedFilesAreRefused) {
+  TemporaryDirectory dir("st-bad");
+  std::vector<float> a(16, 1.0f);
+  write_safetensors(dir / "x.safetensors", {{"a", "F32", {16}, a.data(), 64}});
+  std::ifstream in(dir / "x.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  testing::write_text(dir / "truncated.safetensors", bytes.substr(0, bytes.size() - 4));
+  EXPECT_THROW(read_safetensors(dir / "truncated.safetensors"), UserError);
+  testing::write_text(dir / "tiny.safetensors", bytes.substr(0, 5));
+  EXPECT_THROW(read_safetensors(dir / "tiny.safetensors"), UserError);
+  std::string garbled = bytes;
+  garbled[9] = '#';
+  testing::write_text(dir / "garbled.safetensors", garbled);
+  EXPECT_THROW(read_safetensors(dir / "garbled.safetensors"), UserError);
+}
+
+TEST(Checkpoint, SaveAndLoadRestoreEveryByte) {
+  TemporaryDirectory dir("ckpt");
+  ModelConfig config{.vocab = 13, .seq = 6, .layers = 2, .width = 8, .heads = 2};
+  TrainOptions options;
+  options.model = config;
+  auto backend = make_cpu_backend();
+  DataParallelEngine a(config, *backend, RankGroup{}, DType::bf16, 2);
+  a.initialise(3);
+  std::vector<std::int32_t> windows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1};
+  for (int s = 0; s < 3; ++s) a.step(windows.data(), 2, {.lr = 1e-2, .weight_decay = 0.1, .grad_clip = 1.0});
+  const std::string where = save_checkpoint(dir.path.string(), a, options);
+  EXPECT_EQ(where, dir / "step-000003");
+
+  DataParallelEngine b(config, *backend, RankGroup{}, DType::bf16, 2);
+  b.initialise(99);
+  const auto meta = load_checkpoint(dir.path.string(), b, options);
+  EXPECT_EQ(meta["step"], 3);
+  EXPECT_EQ(b.optimizer_step(), 3);
+  EXPECT_EQ(std::memcmp(a.weights().data(), b.weights().data(), a.weights().size() * 2), 0);
+  EXPECT_EQ(a.master(), b.master());
+  EXPECT_EQ(a.adam_m(), b.adam_m());
+  EXPECT_EQ(a.adam_v(), b.adam_v());
+  // The next step is the same on both.
+  const StepResult ra = a.step(windows.data(), 2, {.lr = 1e-2, .weight_decay = 0.1, .grad_clip = 1.0});
+  const StepResult rb = b.step(windows.data(), 2, {.lr = 1e-2, .weight_decay = 0.1, .grad_clip = 1.0});
+  EXPECT_EQ(ra.loss, rb.loss);
+  EXPECT_EQ(a.master(), b.master());
+
+  // Another shape is refused with a reason.
+  ModelConfig wider = config;
+  wider.width = 16;
+  DataParallelEngine c(wider, *backend, RankGroup{}, DType::bf16, 2);
+  try {
+    load_checkpoint(dir.path.string(), c, options);
+    ADD_FAILURE() << "a checkpoint of another shape was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("another model shape"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dptrain

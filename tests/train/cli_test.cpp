@@ -1,0 +1,124 @@
+// The dptrain program end to end: bad input exits 2 with one clear line, the step line and JSONL records,
+// checkpoints, and a resumed run whose losses equal an uninterrupted run's bit for bit.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "test_support.hpp"
+
+namespace dptrain {
+namespace {
+
+using testing::run_command;
+using testing::TemporaryDirectory;
+
+class DptrainProgram : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::write_text(dir_ / "corpus.txt", testing::small_corpus_text()); }
+  std::string dptrain(const std::string& flags) const {
+    return fmt::format("{}/dptrain --config {}/configs/tiny.toml --data {} --threads 1 {}", testing::binary_dir(),
+                       testing::source_dir(), dir_ / "corpus.txt", flags);
+  }
+  TemporaryDirectory dir_{"cli"};
+};
+
+struct BadInput {
+  std::string flags, message;
+};
+
+TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
+  testing::write_text(dir_ / "empty.txt", "");
+  testing::write_text(dir_ / "bad.toml", "layers = 2\nbogus = 3\n");
+  testing::write_text(dir_ / "badshard.bin", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
+  const std::vector<BadInput> cases = {
+      {"--bogus 1", "were not expected: 1 --bogus"},
+      {"--layers 0", "layers must be in [1, 1024], got 0"},
+      {"--heads 5", "heads must divide width: width 32 is not a multiple of heads 5"},
+      {"--seq 100000", "seq must be in [1, 65536], got 100000"},
+      {"--seq 2000", "is longer than the validation split"},
+      {"--batch 0", "--batch must be at least 1, got 0"},
+      {"--lr -1", "--lr must be in (0, 10), got -1"},
+      {"--grad-dtype fp16", "--grad-dtype: unknown type 'fp16' (expected bf16 or fp32)"},
+      {"--allreduce ring2", "--allreduce: unknown algorithm 'ring2' (expected ring, tree or native)"},
+      {"--data " + (dir_ / "missing.txt"), "does not exist"},
+      {"--data " + (dir_ / "empty.txt"), "is empty"},
+      {"--data " + (dir_ / "badshard.bin") + " --vocab 256", "text"},  // not a shard: read as text, fine below
+      {"--config " + (dir_ / "bad.toml"), "--config: INI was not able to parse bogus"},
+      {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
+  };
+  for (const auto& c : cases) {
+    if (c.message == "text") continue;  // a file without the magic is text by definition
+    const auto r = run_command(dptrain(c.flags));
+    EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.flags << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.flags << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("dptrain: ", 0), 0u) << r.output;
+  }
+  // A shard with the right magic but a truncated body.
+  testing::write_text(dir_ / "trunc.bin", std::string("\x88\xd8\x34\x01\x01\0\0\0\x10\0\0\0", 12) +
+                                              std::string(1012, '\0') + std::string(6, '\0'));
+  const auto r = run_command(dptrain("--data " + (dir_ / "trunc.bin")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("header says 16 tokens (32 bytes), body has 6 bytes"), std::string::npos) << r.output;
+}
+
+TEST_F(DptrainProgram, StepLinesAndJsonlRecords) {
+  const auto r = run_command(dptrain("--steps 4 --eval-every 2 --log " + (dir_ / "run.jsonl")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 4/4 | loss "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" tok/s | val "), std::string::npos) << r.output;
+  const auto records = testing::read_jsonl(dir_ / "run.jsonl");
+  ASSERT_EQ(records.size(), 5u);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(records[s]["step"], s + 1);
+    for (const char* key : {"loss", "lr", "grad_norm", "step_ms", "tokens_per_s"}) EXPECT_TRUE(records[s].contains(key));
+    EXPECT_EQ(records[s].contains("val_loss"), s % 2 == 1);
+  }
+  EXPECT_EQ(records[4]["event"], "summary");
+  EXPECT_EQ(records[4]["steps"], 4);
+  EXPECT_DOUBLE_EQ(records[4]["tokens"].get<double>(), 4.0 * 8 * 16);
+}
+
+TEST_F(DptrainProgram, ResumeEqualsAnUninterruptedRunBitwise) {
+  ASSERT_EQ(run_command(dptrain("--steps 12 --log " + (dir_ / "full.jsonl"))).exit_code, 0);
+  auto first = run_command(dptrain("--steps 12 --save-every 5 --save " + (dir_ / "ckpt") + " --log " +
+                                   (dir_ / "part.jsonl")));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // Continue from step 10 (the latest of 5, 10 … and 12 at the end: point `latest` back at step 10).
+  testing::write_text(dir_ / "ckpt/latest", "step-000010\n");
+  std::filesystem::copy_file(dir_ / "part.jsonl", dir_ / "resumed.jsonl");
+  auto second = run_command(dptrain("--steps 12 --resume " + (dir_ / "ckpt") + " --log " + (dir_ / "resumed.jsonl")));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos);
+  const auto full = testing::read_jsonl(dir_ / "full.jsonl");
+  const auto resumed = testing::read_jsonl(dir_ / "resumed.jsonl");
+  // resumed.jsonl = the first run's 12 steps + summary, then steps 11, 12 + summary of the resumed run.
+  ASSERT_EQ(resumed.size(), 13u + 3u);
+  for (int s = 10; s < 12; ++s) {
+    const auto& again = resumed[13 + s - 10];
+    ASSERT_EQ(again["step"], s + 1);
+    EXPECT_EQ(again["loss"].get<double>(), full[s]["loss"].get<double>()) << "step " << s + 1;
+    EXPECT_EQ(again["grad_norm"].get<double>(), full[s]["grad_norm"].get<double>()) << "step " << s + 1;
+  }
+  for (int s = 0; s < 12; ++s) EXPECT_EQ(resumed[s]["loss"].get<double>(), full[s]["loss"].get<double>());
+}
+
+TEST_F(DptrainProgram, CheckpointOfAnotherShapeIsRefusedAndNothingIsOverwritten) {
+  ASSERT_EQ(run_command(dptrain("--steps 2 --save " + (dir_ / "ckpt"))).exit_code, 0);
+  const auto before = std::filesystem::last_write_time(dir_ / "ckpt/step-000002/model.safetensors");
+  const auto r = run_command(dptrain("--steps 4 --width 48 --resume " + (dir_ / "ckpt") + " --save " +
+                                     (dir_ / "ckpt")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds another model shape"), std::string::npos) << r.output;
+  EXPECT_EQ(std::filesystem::last_write_time(dir_ / "ckpt/step-000002/model.safetensors"), before);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "ckpt/step-000004"));
+}
+
+TEST_F(DptrainProgram, HelpExitsZero) {
+  const auto r = run_command(testing::binary_dir() + "/dptrain --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--allreduce"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dptrain

@@ -1,0 +1,74 @@
+// Helpers for tests that run the programs: paths from the test environment and running a command.
+#pragma once
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dptrain::testing {
+
+inline std::string binary_dir() { return DPTRAIN_BINARY_DIR; }
+inline std::string source_dir() { return DPTRAIN_SOURCE_DIR; }
+
+// `mpiexec -n ranks` with the settings a root, oversubscribed, containerised run needs.
+inline std::string mpiexec(int ranks) {
+  return std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                     "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+         MPIEXEC + " -n " + std::to_string(ranks) + " --oversubscribe";
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), int(buffer.size()), pipe)) result.output += buffer.data();
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// A fresh directory under the system's temporary directory, removed with the object.
+struct TemporaryDirectory {
+  std::filesystem::path path;
+  explicit TemporaryDirectory(const std::string& name) {
+    path = std::filesystem::temp_directory_path() / ("dptrain-" + name + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TemporaryDirectory() { std::filesystem::remove_all(path); }
+  std::string operator/(const std::string& child) const { return (path / child).string(); }
+};
+
+// A small English-like text corpus of a few kilobytes (deterministic).
+inline std::string small_corpus_text() {
+  std::string text;
+  const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog ", "ran ", "far ", "away. "};
+  for (int i = 0; i < 3000; ++i) text += words[(i * 7 + i / 11) % 11];
+  return text;
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+}  // namespace dptrain::testing
