@@ -8,7 +8,8 @@ and [out, in] shapes are those of the flat layout (include/dptrain/model/layout.
 softmax(QKᵀ/√d + causal mask)·V (torch 1.13 has no scaled_dot_product_attention).
 
   bench  train in fp32 eager mode on random tokens with AdamW and print `pytorch_tokens_per_s <value>`
-  check  load weights from a safetensors file, run one forward/backward, print the loss and gradient norms (JSON)
+  check  load weights from a safetensors file, run one forward/backward on the given windows, print the mean loss
+         and gradient norms (JSON) and optionally write the whole gradient (tests/compute/pytorch_reference_test)
 
 Run with Debian's /usr/bin/python3 (torch 1.13, numpy).
 """
@@ -184,9 +185,12 @@ def check(args):
         windows = torch.randint(0, vocab, (args.batch, seq + 1), generator=torch.Generator().manual_seed(args.seed))
     loss = model(windows[:, :-1], windows[:, 1:])
     loss.backward()
+    if args.grads:  # the flat gradient in layout order, fp32 little-endian
+        np.concatenate([p.grad.detach().numpy().astype("<f4").ravel() for p in model.parameters()]).tofile(args.grads)
     print(json.dumps({
         "loss": loss.item(),
         "windows": windows.shape[0],
+        "order": [name for name, _ in model.named_parameters()],
         "grad_norm": math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in model.parameters())),
         "grad_norms": {name: float(p.grad.double().norm()) for name, p in model.named_parameters()},
     }, indent=1))
@@ -211,6 +215,7 @@ def main():
     c.add_argument("--heads", type=int, required=True, help="not recorded in the weights")
     c.add_argument("--tokens", help="int32 little-endian windows [n, seq+1]; default: random windows")
     c.add_argument("--batch", type=int, default=4, help="random windows when --tokens is not given")
+    c.add_argument("--grads", help="write ∂(mean loss)/∂W here, fp32 in layout order")
     c.add_argument("--seed", type=int, default=1234)
     c.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

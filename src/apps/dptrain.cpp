@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       },
       "dptrain");
   if (setup != 0 || !options) return setup;
+  if (const int agreed = world.agree([&] { trainer->connect(); }, "dptrain"); agreed != 0) return agreed;
   try {
     return trainer->run();
   } catch (const dptrain::UserError& e) {

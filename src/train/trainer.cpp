@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
@@ -42,6 +43,9 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   RankGroup group;
   group.rank = world_.rank();
   group.size = world_.size();
+  group.all_reduce = [this](void* data, std::size_t count, DType dtype) {
+    collectives_->all_reduce(data, count, dtype);
+  };
   group.sum_scalar = [this](double x) { return world_.sum_in_rank_order(x); };
   engine_ = std::make_unique<DataParallelEngine>(options_.model, *backend_, std::move(group), options_.grad_dtype,
                                                  local_windows_);
@@ -54,6 +58,32 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::connect() {
+  // The options as text, without the per-rank-legal settings, hashed (FNV-1a).
+  TrainOptions shared = options_;
+  shared.threads = 0;
+  shared.log.clear();
+  const std::string text = fmt::format(
+      "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", describe(shared.model), shared.model.vocab,
+      shared.steps, shared.batch, shared.lr, shared.min_lr, shared.warmup, shared.weight_decay, shared.grad_clip,
+      shared.seed, shared.eval_every, shared.eval_windows, shared.allreduce, dtype_name(shared.grad_dtype),
+      shared.check_every, shared.val_fraction, shared.save_every, shared.skip_nonfinite, engine_->optimizer_step());
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
+  const auto hashes = world_.all_gather(hash);
+  std::vector<int> differing;
+  for (int r = 1; r < world_.size(); ++r)
+    if (hashes[r] != hashes[0]) differing.push_back(r);
+  require(differing.empty(),
+          "rank(s) {} were started with options (or a resume step) that differ from rank 0's; every rank needs the same",
+          fmt::join(differing, ", "));
+  transport_ = std::make_unique<MpiTransport>();
+  collectives_ = make_collectives(parse_algorithm(options_.allreduce), *transport_,
+                                  [this](void* acc, const void* in, std::size_t n, DType dtype) {
+                                    backend_->reduce_add(acc, in, n, dtype);
+                                  });
+}
 
 void Trainer::say(const std::string& line) const {
   if (world_.rank() == 0) fmt::print("{}\n", line);
@@ -109,6 +139,13 @@ int Trainer::run() {
     const StepResult result =
         engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
     const double seconds = watch.seconds();
+    const auto calls = collectives_->log().take();
+    double comm_seconds = 0;
+    std::uint64_t comm_bytes = 0;
+    for (const CommRecord& call : calls) {
+      comm_seconds += call.seconds;
+      comm_bytes += call.bytes_sent;
+    }
     if (!result.finite) {
       const std::string what = fmt::format("step {}: loss {} and gradient norm {} are not finite", step + 1,
                                            result.loss, result.grad_norm);
@@ -132,12 +169,15 @@ int Trainer::run() {
       std::string line = fmt::format("step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.3f} | {:.1f} ms | {} tok/s",
                                      step + 1, options_.steps, result.loss, lr, result.grad_norm, 1e3 * seconds,
                                      human_count(tokens_per_s));
+      if (world_.size() > 1)
+        line += fmt::format(" | comm {:.1f} ms {}B", 1e3 * comm_seconds, human_count(double(comm_bytes)));
       if (val_loss) line += fmt::format(" | val {:.4f}", *val_loss);
       say(line);
     }
     nlohmann::json record = {{"step", step + 1},          {"loss", result.loss},
                              {"lr", lr},                  {"grad_norm", result.grad_norm},
-                             {"step_ms", 1e3 * seconds}, {"tokens_per_s", tokens_per_s}};
+                             {"step_ms", 1e3 * seconds}, {"tokens_per_s", tokens_per_s},
+                             {"comm_ms", 1e3 * comm_seconds}, {"comm_bytes", comm_bytes}};
     if (val_loss) record["val_loss"] = *val_loss;
     log_.write(record);
 

@@ -18,8 +18,10 @@ inline std::string source_dir() { return DPTRAIN_SOURCE_DIR; }
 
 // `mpiexec -n ranks` with the settings a root, oversubscribed, containerised run needs.
 inline std::string mpiexec(int ranks) {
-  return std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                     "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+  // The timeout turns a hang into a failure instead of a stuck test suite.
+  return std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                     "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 "
+                     "timeout 120 ") +
          MPIEXEC + " -n " + std::to_string(ranks) + " --oversubscribe";
 }
 

@@ -22,7 +22,8 @@ class Gpt {
   // windows [n, Q+1] tokens: inputs are [:, :Q], targets [:, 1:]. Returns Σ of the n·Q position losses.
   double forward(const float* weights, const std::int32_t* windows, std::size_t n);
 
-  // Adds dloss·∂(Σ losses)/∂weights into grads [N] for the windows of the last forward().
+  // Adds dloss·∂(Σ losses)/∂weights into grads [N] for the windows of the last forward(). Once per forward():
+  // the saved probabilities become the logits' gradient in place.
   void backward(const float* weights, float* grads, float dloss, const GradientReady& ready = {});
 
   std::size_t max_windows() const { return max_windows_; }

@@ -4,6 +4,8 @@
 #include <memory>
 #include <vector>
 
+#include "dptrain/comm/collectives.hpp"
+#include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/dp/engine.hpp"
 #include "dptrain/train/data.hpp"
@@ -17,9 +19,15 @@ inline constexpr int kExitNonFinite = 3;
 
 class Trainer {
  public:
-  // Everything that can fail on bad input happens here, before the first step. Throws UserError.
+  // Everything that can fail on bad input happens here or in connect(), before the first step. Local to this
+  // rank (no communication), so a rank that fails here cannot leave the others waiting. Throws UserError.
   Trainer(const TrainOptions& options, const MpiWorld& world);
   ~Trainer();
+
+  // Collective, once every rank's set-up succeeded: checks that every rank was started with the same options
+  // (a rank with another --steps or --batch would leave the others waiting in a collective; UserError naming
+  // the ranks that differ), then opens the transport and the collectives.
+  void connect();
 
   // Runs the remaining steps. Returns the exit code (0, or kExitNonFinite when a step was not finite).
   int run();
@@ -34,6 +42,8 @@ class Trainer {
   const MpiWorld& world_;
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<MpiTransport> transport_;
+  std::unique_ptr<Collectives> collectives_;
   std::unique_ptr<DataParallelEngine> engine_;
   MetricsLog log_;
   int threads_ = 1;

@@ -1,0 +1,42 @@
+// CommLog: one record per collective call (what, how big, bytes this rank put on the wire, wall time). The
+// collectives append; the trainer reads and clears it once per step to print comm_ms and comm_bytes. Guarded by a
+// mutex because the comm thread appends while the main thread may read between steps.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "dptrain/comm/algorithm.hpp"
+#include "dptrain/comm/dtype.hpp"
+
+namespace dptrain {
+
+struct CommRecord {
+  CollectiveOp op = CollectiveOp::all_reduce;
+  Algorithm algo = Algorithm::ring;
+  DType dtype = DType::bf16;
+  std::size_t count = 0;        // elements in the whole buffer
+  std::uint64_t bytes = 0;      // payload: count · element size
+  std::uint64_t bytes_sent = 0; // wire bytes this rank sent (for native: what the ring would send, see docs)
+  double seconds = 0;           // wall time of the call on this rank
+};
+
+class CommLog {
+ public:
+  void add(const CommRecord& record);
+  std::vector<CommRecord> records() const;  // a copy, oldest first
+  std::vector<CommRecord> take();           // the records, leaving the log empty
+  void clear();
+
+  std::size_t size() const;
+  double total_seconds() const;
+  std::uint64_t total_bytes() const;
+  std::uint64_t total_bytes_sent() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<CommRecord> records_;
+};
+
+}  // namespace dptrain

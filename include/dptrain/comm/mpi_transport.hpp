@@ -1,0 +1,51 @@
+// MpiTransport: Transport over MPI point-to-point (MPI_Isend/MPI_Irecv of MPI_BYTE) on a private duplicate of
+// the communicator it is given, so its traffic can never match anyone else's. Messages over INT_MAX bytes are
+// split into pieces (MPI counts are int); one Request then stands for all pieces.
+#pragma once
+#include <mpi.h>
+
+#include <vector>
+
+#include "dptrain/comm/transport.hpp"
+
+namespace dptrain {
+
+class MpiTransport final : public Transport {
+ public:
+  // Largest piece of one message, in bytes; below INT_MAX and a multiple of 4 KiB.
+  static constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
+
+  // max_piece_bytes exists so tests can exercise the splitting with small messages.
+  explicit MpiTransport(MPI_Comm comm = MPI_COMM_WORLD, std::size_t max_piece_bytes = kMaxPieceBytes);
+  ~MpiTransport() override;
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Request isend(int peer, int tag, const void* data, std::size_t bytes) override;
+  Request irecv(int peer, int tag, void* data, std::size_t bytes) override;
+  void wait(Request& request) override;
+  void wait_all(std::span<Request> requests) override;
+
+  // The duplicated communicator (the native collectives run on it).
+  MPI_Comm communicator() const { return comm_; }
+
+ private:
+  template <typename Post>
+  Request post(std::size_t bytes, Post&& post_piece);
+  std::vector<MPI_Request>& slot_of(const Request& request);
+  void release(Request& request);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::size_t max_piece_bytes_;
+  int rank_ = 0;
+  int size_ = 1;
+  // Request id → the MPI requests of its pieces (usually one). Freed slots are reused, so no allocation happens
+  // once the pool has grown to the number of requests a collective keeps in flight.
+  std::vector<std::vector<MPI_Request>> slots_;
+  std::vector<std::int64_t> free_slots_;
+  std::vector<MPI_Request> wait_scratch_;
+};
+
+}  // namespace dptrain

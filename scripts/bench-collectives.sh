@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Benchmarks the hand-written ring and tree all-reduce against MPI's own (native) with dpbench at several rank
+# counts and prints, per size, each algorithm's bus bandwidth and the ratio ring / native. The goal
+# (docs/collectives.md): ring busbw ≥ 0.9 × native from 4 MiB up.
+#
+#   scripts/bench-collectives.sh                 # bf16, np 2 and 4, 1 KiB .. 64 MiB by 4×, 3 repeats
+#   NPS="2" DTYPE=fp32 REPEATS=5 scripts/bench-collectives.sh -n 40
+#
+# Environment: BUILD_DIR (default build; configured and built if needed), NPS, DTYPE, REPEATS (each row's busbw
+# is the median over repeats: the machine may be shared), OUT_DIR (JSON of every run). Extra arguments go to
+# dpbench (a repeated flag overrides the sweep's). More ranks than cores run oversubscribed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+NPS=${NPS:-"2 4"}
+DTYPE=${DTYPE:-bf16}
+REPEATS=${REPEATS:-3}
+OUT_DIR=${OUT_DIR:-$BUILD_DIR/bench-collectives}
+CORES=$(getconf _NPROCESSORS_ONLN)
+SWEEP=(--op allreduce --algo all -b 1K -e 64M -f 4 -c 1 -d "$DTYPE")
+
+# Open MPI as root, in containers where ptrace-based single copy (CMA) is not allowed.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMP_NUM_THREADS=1
+
+command -v jq > /dev/null || { echo "bench-collectives: jq is required (apt-get install jq)" >&2; exit 2; }
+if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
+fi
+cmake --build "$BUILD_DIR" --target dpbench -j "$CORES" > /dev/null
+mkdir -p "$OUT_DIR"
+
+echo "# $(date -u +%FT%TZ)  $CORES cores  load $(cut -d' ' -f1-3 /proc/loadavg)  mpirun: $(mpirun --version | head -1)"
+echo "# dpbench ${SWEEP[*]} $*   (${REPEATS} repeats per np, median busbw)"
+for np in $NPS; do
+  for ((i = 1; i <= REPEATS; ++i)); do
+    mpirun -np "$np" --oversubscribe "$BUILD_DIR/dpbench" "${SWEEP[@]}" "$@" --json "$OUT_DIR/np$np-$i.json" \
+      > "$OUT_DIR/np$np-$i.txt"
+    # A wrong element is a bug, not noise: stop.
+    if ! jq -e 'all(.[]; .wrong == 0 or .wrong == null)' "$OUT_DIR/np$np-$i.json" > /dev/null; then
+      echo "bench-collectives: wrong results at np $np (see $OUT_DIR/np$np-$i.txt)" >&2
+      exit 1
+    fi
+  done
+done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+printf '\n%4s %12s %12s %12s %12s %12s  %s\n' np "size(B)" "ring GB/s" "tree GB/s" "native GB/s" "ring/native" \
+  "goal (>= 0.9 from 4 MiB)"
+for np in $NPS; do
+  jq -s -r --argjson goal_from $((4 << 20)) '
+    add
+    | group_by(.size)[]
+    | (group_by(.algo) | map({key: .[0].algo, value: (map(.busbw) | sort | .[length / 2 | floor])}) | from_entries)
+        as $busbw
+    | [.[0].ranks, .[0].size, $busbw.ring, $busbw.tree, $busbw.native,
+       (if $busbw.native > 0 then $busbw.ring / $busbw.native else null end)]
+    | . + [if .[1] < $goal_from then "" elif .[5] >= 0.9 then "met" else "MISSED" end]
+    | @tsv' "$OUT_DIR"/np"$np"-*.json |
+    awk -F'\t' '{ printf "%4d %12d %12.3f %12.3f %12.3f %12.2f  %s\n", $1, $2, $3, $4, $5, $6, $7 }'
+done

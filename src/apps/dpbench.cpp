@@ -1,0 +1,371 @@
+// dpbench: collective benchmark in the manner of nccl-tests, launched by mpirun. Sweeps message sizes from -b to
+// -e by factor -f, runs an operation with one or all algorithms (ring, tree, native) and prints one fixed-column
+// row per size and algorithm: time = the slowest rank's mean per-iteration time, algbw = size / time, busbw =
+// algbw times the nccl-tests factor of the operation, #wrong = wrong elements over all ranks (with -c 1).
+//
+//   mpirun -np 4 dpbench --op allreduce --algo all -b 1K -e 64M -f 4 -c 1 --json sweep.json
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dptrain/comm/collectives.hpp"
+#include "dptrain/comm/mpi_transport.hpp"
+#include "dptrain/core/bf16.hpp"
+#include "dptrain/core/error.hpp"
+#include "dptrain/core/timer.hpp"
+
+namespace dptrain {
+namespace {
+
+enum class BenchOp { allreduce, reduce_scatter, all_gather, sendrecv };
+
+constexpr std::string_view kOpNames[] = {"allreduce", "reduce_scatter", "all_gather", "sendrecv"};
+
+std::string_view name_of(BenchOp op) { return kOpNames[static_cast<int>(op)]; }
+
+BenchOp parse_op(const std::string& name) {
+  for (int i = 0; i < 4; ++i) {
+    if (name == kOpNames[i]) return static_cast<BenchOp>(i);
+  }
+  fail("--op: unknown operation '{}' (expected allreduce, reduce_scatter, all_gather or sendrecv)", name);
+}
+
+CollectiveOp collective_of(BenchOp op) {
+  switch (op) {
+    case BenchOp::reduce_scatter: return CollectiveOp::reduce_scatter;
+    case BenchOp::all_gather: return CollectiveOp::all_gather;
+    default: return CollectiveOp::all_reduce;
+  }
+}
+
+// nccl-tests' bus bandwidth: what each link carries, so every algorithm and rank count compare with the link
+// speed. All-reduce moves 2(p−1)/p of the array, reduce-scatter and all-gather (p−1)/p of the full array, and a
+// neighbour exchange exactly its message.
+double busbw_factor(BenchOp op, int p) {
+  switch (op) {
+    case BenchOp::allreduce: return 2.0 * (p - 1) / p;
+    case BenchOp::reduce_scatter:
+    case BenchOp::all_gather: return static_cast<double>(p - 1) / p;
+    case BenchOp::sendrecv: return 1.0;
+  }
+  return 1.0;
+}
+
+// "8", "1K", "256M", "2G" (binary multiples, as nccl-tests).
+std::size_t parse_size(const std::string& text, const char* flag) {
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string suffix = text.substr(digits);
+  int shift = -1;
+  if (suffix.empty()) shift = 0;
+  if (suffix == "K" || suffix == "k") shift = 10;
+  if (suffix == "M" || suffix == "m") shift = 20;
+  if (suffix == "G" || suffix == "g") shift = 30;
+  require(digits > 0 && digits <= 12 && shift >= 0,
+          "{}: bad size '{}' (expected bytes with an optional K, M or G suffix, e.g. 8, 1K, 256M)", flag, text);
+  const std::size_t bytes = std::stoull(text.substr(0, digits)) << shift;
+  require(bytes > 0, "{}: size must be at least 1 byte, got '{}'", flag, text);
+  return bytes;
+}
+
+struct Options {
+  std::size_t min_bytes = 0, max_bytes = 0;
+  int factor = 2;
+  BenchOp op = BenchOp::allreduce;
+  std::vector<Algorithm> algorithms;
+  DType dtype = DType::bf16;
+  int iters = 20, warmup = 5;
+  bool check = false;
+  std::string json;
+  std::size_t ring_piece_bytes = kRingPieceBytes;
+  // Hook for --fit (α–β fitting of the sweep, cost module): a flag here, the fit on `results` in main().
+};
+
+// Returns nullopt after --help (printed by rank 0). Throws UserError on bad input, CLI::ParseError on bad syntax.
+std::optional<Options> parse_options(int argc, char** argv, bool print) {
+  CLI::App app{"dpbench: collective benchmark (nccl-tests style); run under mpirun"};
+  std::string min_bytes = "8", max_bytes = "256M", op = "allreduce", algo = "all", dtype = "bf16", piece = "";
+  int check = 0;
+  Options options;
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: last wins
+  app.add_option("-b,--minbytes", min_bytes, "smallest message in bytes (K, M, G suffixes)")->capture_default_str();
+  app.add_option("-e,--maxbytes", max_bytes, "largest message in bytes")->capture_default_str();
+  app.add_option("-f,--stepfactor", options.factor, "size multiplier between rows (integer ≥ 2)")
+      ->capture_default_str();
+  app.add_option("-o,--op", op, "allreduce, reduce_scatter, all_gather or sendrecv")->capture_default_str();
+  app.add_option("-a,--algo", algo, "ring, tree, native or all (ignored by sendrecv)")->capture_default_str();
+  app.add_option("-d,--datatype", dtype, "bf16 or fp32")->capture_default_str();
+  app.add_option("-n,--iters", options.iters, "timed iterations per row")->capture_default_str();
+  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations before them")->capture_default_str();
+  app.add_option("-c,--check", check, "1: verify results and count wrong elements")->capture_default_str();
+  app.add_option("--json", options.json, "also write the rows as a JSON array to this file");
+  app.add_option("--ring-piece", piece, "ring message size in bytes (K, M, G suffixes; 'chunk' = unpipelined)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    if (print) std::printf("%s", app.help().c_str());
+    return std::nullopt;
+  }
+  options.min_bytes = parse_size(min_bytes, "-b");
+  options.max_bytes = parse_size(max_bytes, "-e");
+  require(options.min_bytes <= options.max_bytes, "-b {} is larger than -e {}", min_bytes, max_bytes);
+  require(options.factor >= 2, "-f: step factor must be an integer of at least 2, got {}", options.factor);
+  options.op = parse_op(op);
+  if (algo == "all") {
+    options.algorithms = {Algorithm::ring, Algorithm::tree, Algorithm::native};
+  } else {
+    options.algorithms = {parse_algorithm(algo, "--algo")};
+  }
+  if (options.op == BenchOp::sendrecv) options.algorithms = {Algorithm::ring};  // one row: the transport itself
+  options.dtype = parse_dtype(dtype, "-d");
+  require(options.iters >= 1, "-n: iterations must be at least 1, got {}", options.iters);
+  require(options.warmup >= 0, "-w: warm-up iterations must be at least 0, got {}", options.warmup);
+  require(check == 0 || check == 1, "-c: expected 0 or 1, got {}", check);
+  options.check = check == 1;
+  if (piece == "chunk") options.ring_piece_bytes = SIZE_MAX;
+  else if (!piece.empty()) options.ring_piece_bytes = parse_size(piece, "--ring-piece");
+  return options;
+}
+
+// Check values: integers in [−m, m] times a power of two per element, with m·p ≤ 256, so every partial sum in
+// any order is exact even in BF16 and all algorithms must produce the same exact result.
+struct Pattern {
+  int p;
+  int m = std::min(4, 256 / p);
+
+  float value(int rank, std::size_t i) const {
+    const int span = 2 * m + 1;
+    const int units = static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % span) - m;
+    return std::ldexp(static_cast<float>(units), static_cast<int>(i % 5) - 3);
+  }
+  float sum(std::size_t i) const {
+    float total = 0;
+    for (int q = 0; q < p; ++q) total += value(q, i);
+    return total;
+  }
+};
+
+// A buffer of `count` elements of a dtype, read and written as float.
+struct Elements {
+  DType dtype;
+  std::vector<std::byte> bytes;
+  Elements(DType dtype, std::size_t count) : dtype(dtype), bytes(count * element_size(dtype)) {}
+  void set(std::size_t i, float x) {
+    if (dtype == DType::f32) reinterpret_cast<float*>(bytes.data())[i] = x;
+    else reinterpret_cast<bf16*>(bytes.data())[i] = to_bf16(x);
+  }
+  float get(std::size_t i) const {
+    return dtype == DType::f32 ? reinterpret_cast<const float*>(bytes.data())[i]
+                               : to_float(reinterpret_cast<const bf16*>(bytes.data())[i]);
+  }
+};
+
+struct BenchResult {
+  BenchOp op;
+  std::string algo;
+  DType dtype;
+  std::size_t size, count;
+  double time_us, algbw, busbw;
+  std::optional<long> wrong;  // nullopt without -c 1
+  int ranks;
+};
+
+// One operation on `data` (and `incoming` for sendrecv); what is timed.
+class Runner {
+ public:
+  Runner(const Options& options, MpiTransport& transport, Algorithm algo)
+      : options_(options),
+        transport_(transport),
+        collectives_(algo == Algorithm::ring
+                         ? make_ring_collectives(transport, host_reduce_add, options.ring_piece_bytes)
+                         : make_collectives(algo, transport)) {}
+
+  void run_once(Elements& data, Elements& incoming, std::size_t count) {
+    if (options_.op != BenchOp::sendrecv) {
+      collectives_->run(collective_of(options_.op), data.bytes.data(), count, options_.dtype);
+      collectives_->log().clear();  // the benchmark times itself; keep the log from growing
+      return;
+    }
+    const int p = transport_.size(), r = transport_.rank();
+    Request requests[2] = {transport_.irecv((r - 1 + p) % p, 1, incoming.bytes.data(), incoming.bytes.size()),
+                           transport_.isend((r + 1) % p, 1, data.bytes.data(), data.bytes.size())};
+    transport_.wait_all(requests);
+  }
+
+  // Fills the inputs with the check pattern: all-gather has only the own chunk valid, the rest a sentinel.
+  void fill(Elements& data, std::size_t count) const {
+    const int p = transport_.size(), r = transport_.rank();
+    const Pattern pattern{p};
+    const std::size_t own_begin = chunk_begin(count, p, r), own_end = chunk_begin(count, p, r + 1);
+    for (std::size_t i = 0; i < count; ++i) {
+      const bool own = i >= own_begin && i < own_end;
+      data.set(i, options_.op == BenchOp::all_gather && !own ? 12345.0f : pattern.value(r, i));
+    }
+  }
+
+  // Wrong elements on this rank after run_once on filled inputs.
+  long wrong(const Elements& data, const Elements& incoming, std::size_t count) const {
+    const int p = transport_.size(), r = transport_.rank();
+    const Pattern pattern{p};
+    long wrong = 0;
+    switch (options_.op) {
+      case BenchOp::allreduce:
+        for (std::size_t i = 0; i < count; ++i) wrong += data.get(i) != pattern.sum(i);
+        break;
+      case BenchOp::reduce_scatter:
+        for (std::size_t i = chunk_begin(count, p, r); i < chunk_begin(count, p, r + 1); ++i) {
+          wrong += data.get(i) != pattern.sum(i);
+        }
+        break;
+      case BenchOp::all_gather:
+        for (int q = 0; q < p; ++q) {
+          for (std::size_t i = chunk_begin(count, p, q); i < chunk_begin(count, p, q + 1); ++i) {
+            wrong += data.get(i) != pattern.value(q, i);
+          }
+        }
+        break;
+      case BenchOp::sendrecv:
+        for (std::size_t i = 0; i < count; ++i) wrong += incoming.get(i) != pattern.value((r - 1 + p) % p, i);
+        break;
+    }
+    return wrong;
+  }
+
+ private:
+  const Options& options_;
+  MpiTransport& transport_;
+  std::unique_ptr<Collectives> collectives_;
+};
+
+BenchResult measure(const Options& options, MpiTransport& transport, Algorithm algo, std::size_t bytes) {
+  const std::size_t count = bytes / element_size(options.dtype);
+  const int p = transport.size();
+  Runner runner(options, transport, algo);
+  Elements data(options.dtype, count), incoming(options.dtype, count);
+  runner.fill(data, count);
+  for (int i = 0; i < options.warmup; ++i) runner.run_once(data, incoming, count);
+  MPI_Barrier(transport.communicator());
+  const Stopwatch stopwatch;
+  for (int i = 0; i < options.iters; ++i) runner.run_once(data, incoming, count);
+  double seconds = stopwatch.seconds() / options.iters;
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, transport.communicator());
+
+  BenchResult result{.op = options.op,
+                     .algo = options.op == BenchOp::sendrecv ? "p2p" : std::string(algorithm_name(algo)),
+                     .dtype = options.dtype,
+                     .size = count * element_size(options.dtype),
+                     .count = count,
+                     .time_us = 1e6 * seconds,
+                     .algbw = static_cast<double>(count * element_size(options.dtype)) / seconds / 1e9,
+                     .busbw = 0,
+                     .wrong = std::nullopt,
+                     .ranks = p};
+  result.busbw = result.algbw * busbw_factor(options.op, p);
+  if (options.check) {
+    runner.fill(data, count);
+    runner.run_once(data, incoming, count);
+    long wrong = runner.wrong(data, incoming, count);
+    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, transport.communicator());
+    result.wrong = wrong;
+  }
+  return result;
+}
+
+void print_header(const Options& options, int ranks) {
+  std::printf("# dpbench: op %s, %d ranks, type %s, iters %d, warm-up %d, check %s\n",
+              std::string(name_of(options.op)).c_str(), ranks, std::string(dtype_name(options.dtype)).c_str(),
+              options.iters, options.warmup, options.check ? "on" : "off");
+  std::printf("# time: slowest rank's mean per iteration; busbw = algbw x %s\n#\n",
+              options.op == BenchOp::allreduce   ? "2(p-1)/p"
+              : options.op == BenchOp::sendrecv ? "1"
+                                                 : "(p-1)/p");
+  std::printf("%15s %12s %6s %7s %12s %12s %12s %8s\n", "# size(B)", "count", "type", "algo", "time(us)",
+              "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+}
+
+void print_row(const BenchResult& r) {
+  const std::string wrong = r.wrong ? std::to_string(*r.wrong) : "N/A";
+  std::printf("%15zu %12zu %6s %7s %12.2f %12.3f %12.3f %8s\n", r.size, r.count,
+              std::string(dtype_name(r.dtype)).c_str(), r.algo.c_str(), r.time_us, r.algbw, r.busbw, wrong.c_str());
+  std::fflush(stdout);
+}
+
+void write_json(const std::string& path, const std::vector<BenchResult>& results) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const BenchResult& r : results) {
+    rows.push_back({{"op", name_of(r.op)},
+                    {"algo", r.algo},
+                    {"type", dtype_name(r.dtype)},
+                    {"size", r.size},
+                    {"count", r.count},
+                    {"time_us", r.time_us},
+                    {"algbw", r.algbw},
+                    {"busbw", r.busbw},
+                    {"wrong", r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr)},
+                    {"ranks", r.ranks}});
+  }
+  std::ofstream out(path);
+  if (!(out << rows.dump(2) << '\n')) fail("--json: cannot write '{}'", path);
+}
+
+int run(int argc, char** argv, int rank) {
+  std::optional<Options> options;
+  try {
+    options = parse_options(argc, argv, rank == 0);
+  } catch (const UserError& e) {  // every rank parses the same argv, so every rank gets here: no one hangs
+    if (rank == 0) std::fprintf(stderr, "dpbench: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const CLI::ParseError& e) {
+    if (rank == 0) std::fprintf(stderr, "dpbench: %s\n", e.what());
+    return kExitBadInput;
+  }
+  if (!options) return 0;
+  // Only rank 0 writes the JSON file: find out now, on every rank, whether it can, rather than after the sweep.
+  int json_ok = 1;
+  if (rank == 0 && !options->json.empty()) json_ok = std::ofstream(options->json).good() ? 1 : 0;
+  MPI_Bcast(&json_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!json_ok) {
+    if (rank == 0) std::fprintf(stderr, "dpbench: --json: cannot write '%s'\n", options->json.c_str());
+    return kExitBadInput;
+  }
+
+  MpiTransport transport(MPI_COMM_WORLD);
+  if (rank == 0) print_header(*options, transport.size());
+  std::vector<BenchResult> results;
+  for (std::size_t bytes = options->min_bytes; bytes <= options->max_bytes; bytes *= options->factor) {
+    for (Algorithm algo : options->algorithms) {
+      results.push_back(measure(*options, transport, algo, bytes));
+      if (rank == 0) print_row(results.back());
+    }
+    if (bytes > options->max_bytes / options->factor) break;  // the next size would overflow or pass -e
+  }
+  // --fit hook: the α–β fit (cost module) will take `results` here and print the fitted α and β.
+  if (rank == 0 && !options->json.empty()) write_json(options->json, results);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dptrain
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int code = 0;
+  try {
+    code = dptrain::run(argc, argv, rank);
+  } catch (const std::exception& e) {  // a failure on some ranks only: end the whole job rather than hang
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return code;
+}

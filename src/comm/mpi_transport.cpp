@@ -1,0 +1,111 @@
+// MpiTransport: non-blocking MPI point-to-point on a duplicated communicator.
+#include "dptrain/comm/mpi_transport.hpp"
+
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+namespace {
+
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  throw std::runtime_error(std::string(what) + ": " + std::string(message, length));
+}
+
+static_assert(MpiTransport::kMaxPieceBytes <= static_cast<std::size_t>(INT_MAX));
+
+}  // namespace
+
+MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_piece_bytes) : max_piece_bytes_(max_piece_bytes) {
+  DP_ASSERT(max_piece_bytes > 0 && max_piece_bytes <= kMaxPieceBytes);
+  check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+MpiTransport::~MpiTransport() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+// Claims a slot and posts one MPI request per piece of at most max_piece_bytes_ (zero bytes: one empty message,
+// so a zero-byte send still matches a zero-byte receive).
+template <typename Post>
+Request MpiTransport::post(std::size_t bytes, Post&& post_piece) {
+  std::int64_t id;
+  if (!free_slots_.empty()) {
+    id = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    id = static_cast<std::int64_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  std::vector<MPI_Request>& pieces = slots_[id];
+  pieces.clear();
+  std::size_t offset = 0;
+  do {
+    const std::size_t piece = std::min(bytes - offset, max_piece_bytes_);
+    pieces.push_back(MPI_REQUEST_NULL);
+    post_piece(offset, static_cast<int>(piece), &pieces.back());
+    offset += piece;
+  } while (offset < bytes);
+  return Request{id};
+}
+
+Request MpiTransport::isend(int peer, int tag, const void* data, std::size_t bytes) {
+  DP_ASSERT(peer >= 0 && peer < size_);
+  count_sent(bytes);
+  const auto* base = static_cast<const std::byte*>(data);
+  return post(bytes, [&](std::size_t offset, int piece, MPI_Request* request) {
+    check(MPI_Isend(base + offset, piece, MPI_BYTE, peer, tag, comm_, request), "MPI_Isend");
+  });
+}
+
+Request MpiTransport::irecv(int peer, int tag, void* data, std::size_t bytes) {
+  DP_ASSERT(peer >= 0 && peer < size_);
+  auto* base = static_cast<std::byte*>(data);
+  return post(bytes, [&](std::size_t offset, int piece, MPI_Request* request) {
+    check(MPI_Irecv(base + offset, piece, MPI_BYTE, peer, tag, comm_, request), "MPI_Irecv");
+  });
+}
+
+std::vector<MPI_Request>& MpiTransport::slot_of(const Request& request) {
+  DP_ASSERT(request.id >= 0 && request.id < static_cast<std::int64_t>(slots_.size()));
+  return slots_[request.id];
+}
+
+void MpiTransport::release(Request& request) {
+  free_slots_.push_back(request.id);
+  request.id = -1;
+}
+
+void MpiTransport::wait(Request& request) {
+  if (!request.active()) return;
+  std::vector<MPI_Request>& pieces = slot_of(request);
+  check(MPI_Waitall(static_cast<int>(pieces.size()), pieces.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  release(request);
+}
+
+// One MPI_Waitall over every piece of every request lets MPI progress them all together.
+void MpiTransport::wait_all(std::span<Request> requests) {
+  wait_scratch_.clear();
+  for (const Request& request : requests) {
+    if (!request.active()) continue;
+    const std::vector<MPI_Request>& pieces = slot_of(request);
+    wait_scratch_.insert(wait_scratch_.end(), pieces.begin(), pieces.end());
+  }
+  check(MPI_Waitall(static_cast<int>(wait_scratch_.size()), wait_scratch_.data(), MPI_STATUSES_IGNORE),
+        "MPI_Waitall");
+  for (Request& request : requests) {
+    if (request.active()) release(request);
+  }
+}
+
+}  // namespace dptrain

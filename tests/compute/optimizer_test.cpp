@@ -1,0 +1,191 @@
+// The non-graph Backend operations: AdamW (against hand-computed steps and a double reference), the casts, the
+// ring's reduce-add (fp32 add, then one round-to-nearest-even to BF16) and the sum of squares for the grad norm.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "dptrain/compute/backend.hpp"
+#include "gradient_check.hpp"
+
+namespace dptrain {
+namespace {
+
+using test::uniform;
+
+class Optimizer : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::mt19937 rng{99};
+};
+
+struct AdamState {
+  float master, m, v;
+};
+
+// One AdamW step on a single parameter, with the gradient passed as fp32 or BF16 (the values chosen are exact in
+// BF16, so both must give the same result).
+AdamState step_one(Backend& be, AdamState s, float grad, DType dtype, const AdamWParams& p, bf16* weight) {
+  const bf16 g16 = to_bf16(grad);
+  const void* g = dtype == DType::f32 ? static_cast<const void*>(&grad) : static_cast<const void*>(&g16);
+  be.adamw(&s.master, &s.m, &s.v, weight, g, dtype, 1, p);
+  return s;
+}
+
+TEST_F(Optimizer, AdamWFirstStepByHand) {
+  // p = 1, g = 0.5, lr = 0.1, wd = 0.1, step 1 from m = v = 0:
+  //   m = 0.1·0.5 = 0.05, v = 0.05·0.25 = 0.0125, m̂ = 0.05/0.1 = 0.5, v̂ = 0.0125/0.05 = 0.25,
+  //   p ← 1 − 0.1·(0.5/(0.5 + 1e-8) + 0.1·1) = 0.890000002; BF16(0.89) = 1.78125·2⁻¹ = 0.890625.
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    AdamWParams p;
+    p.lr = 0.1f, p.weight_decay = 0.1f, p.step = 1;
+    bf16 w{};
+    const AdamState s = step_one(*be, {1.0f, 0.0f, 0.0f}, 0.5f, dtype, p, &w);
+    // m and v: the fp32 constants 1 − 0.9f = 0.10000002 and 1 − 0.95f = 0.05000001 are off by ≈ 2.4e-7
+    // relative; 1e-6 relative allows that and nothing else.
+    EXPECT_NEAR(s.m, 0.05, 0.05 * 1e-6);
+    EXPECT_NEAR(s.v, 0.0125, 0.0125 * 1e-6);
+    EXPECT_NEAR(s.master, 0.890000002, 1e-7) << dtype_name(dtype);
+    EXPECT_EQ(to_float(w), 0.890625f);
+  }
+}
+
+TEST_F(Optimizer, AdamWLaterStepWithGradScaleByHand) {
+  // p = −2, m = 0.1, v = 0.01, g = −0.375 with grad_scale 0.5 → −0.1875, lr 0.01, wd 0.1, step 2:
+  //   m = 0.09 − 0.01875 = 0.07125, v = 0.0095 + 0.05·0.03515625 = 0.0112578125,
+  //   m̂ = 0.07125/(1 − 0.9²) = 0.375, v̂ = 0.0112578125/(1 − 0.95²) = 0.1154647436,
+  //   p ← −2 − 0.01·(0.375/0.3398010) − 0.01·0.1·(−2) = −2.0090358695.
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    AdamWParams p;
+    p.lr = 0.01f, p.weight_decay = 0.1f, p.step = 2, p.grad_scale = 0.5f;
+    bf16 w{};
+    const AdamState s = step_one(*be, {-2.0f, 0.1f, 0.01f}, -0.375f, dtype, p, &w);
+    EXPECT_NEAR(s.m, 0.07125, 0.07125 * 1e-6);
+    EXPECT_NEAR(s.v, 0.0112578125, 0.0112578125 * 1e-6);
+    EXPECT_NEAR(s.master, -2.009035869523912, 2e-7) << dtype_name(dtype);
+    EXPECT_EQ(w.bits, to_bf16(s.master).bits);
+  }
+  // Without weight decay, step 3: p = 0.25, m = −0.05, v = 0.02, g = 0.75·0.5 = 0.375 → 0.2506478020.
+  AdamWParams p;
+  p.lr = 0.01f, p.weight_decay = 0.0f, p.step = 3, p.grad_scale = 0.5f;
+  bf16 w{};
+  const AdamState s = step_one(*be, {0.25f, -0.05f, 0.02f}, 0.75f, DType::bf16, p, &w);
+  EXPECT_NEAR(s.master, 0.25064780199257225, 1e-7);
+}
+
+TEST_F(Optimizer, AdamWMatchesDoubleReferenceOnManyElements) {
+  const std::size_t n = 37;  // not a multiple of any vector width
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    auto master = uniform(rng, n, -1, 1), m = uniform(rng, n, -0.1, 0.1), v = uniform(rng, n, 0, 0.01);
+    const auto g32 = uniform(rng, n, -2, 2);
+    std::vector<bf16> g16(n);
+    for (std::size_t i = 0; i < n; ++i) g16[i] = to_bf16(g32[i]);
+    const auto master0 = master, m0 = m, v0 = v;
+    std::vector<bf16> weights(n);
+    AdamWParams p;
+    p.lr = 3e-3f, p.weight_decay = 0.1f, p.step = 5, p.grad_scale = 0.7f;
+    be->adamw(master.data(), m.data(), v.data(), weights.data(),
+              dtype == DType::f32 ? static_cast<const void*>(g32.data()) : g16.data(), dtype, n, p);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double g = 0.7 * (dtype == DType::f32 ? double(g32[i]) : double(to_float(g16[i])));
+      const double m1 = 0.9 * m0[i] + 0.1 * g, v1 = 0.95 * v0[i] + 0.05 * g * g;
+      const double mh = m1 / (1 - std::pow(0.9, 5)), vh = v1 / (1 - std::pow(0.95, 5));
+      const double p1 = master0[i] - 3e-3 * (mh / (std::sqrt(vh) + 1e-8) + 0.1 * master0[i]);
+      // m and v are sums of two fp32 products (with the fp32 constants 0.9f, 0.95f and 1 − 0.9f off by up to
+      // 2.4e-7 relative): within 1e-6 of the sum of the terms' magnitudes, even where the terms cancel. The master
+      // weight moves by O(lr) = 3e-3 and is O(1) itself: 1e-6 absolute is a few u and 1000× below the step.
+      EXPECT_NEAR(m[i], m1, 1e-6 * (0.9 * std::abs(m0[i]) + 0.1 * std::abs(g))) << i;
+      EXPECT_NEAR(v[i], v1, 1e-6 * v1) << i;
+      EXPECT_NEAR(master[i], p1, 1e-6) << i << " " << dtype_name(dtype);
+      EXPECT_EQ(weights[i].bits, to_bf16(master[i]).bits) << i;
+    }
+  }
+}
+
+TEST_F(Optimizer, CastsRoundToNearestEvenAndBack) {
+  auto x = uniform(rng, 33, -5, 5);
+  x[0] = 1.0f + 0x1p-8f;         // tie → 1 (even)
+  x[1] = 1.0f + 3 * 0x1p-8f;     // tie → 1 + 2⁻⁶ (even)
+  x[2] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<bf16> y(x.size());
+  be->cast(x.data(), y.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i].bits, to_bf16(x[i]).bits) << i;
+  EXPECT_EQ(y[0].bits, 0x3f80);
+  EXPECT_EQ(y[1].bits, 0x3f82);
+  std::vector<float> back(x.size());
+  be->cast(y.data(), back.data(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (i == 2) continue;  // NaN
+    EXPECT_EQ(back[i], to_float(y[i])) << i;
+  }
+  EXPECT_TRUE(std::isnan(back[2]));
+}
+
+TEST_F(Optimizer, ReduceAddBf16AddsInFp32ThenRoundsOnce) {
+  auto bits = [](float f) { return to_bf16(f); };
+  // Hand cases (every operand exact in BF16; the fp32 sum is exact, so only the final rounding acts):
+  //   1 + 2⁻⁸          is half-way between 1 and 1 + 2⁻⁷        → 1        (0x3f80, even)
+  //   (1 + 2⁻⁷) + 2⁻⁸  is half-way between 1 + 2⁻⁷ and 1 + 2⁻⁶  → 1 + 2⁻⁶ (0x3f82, even)
+  //   1 + 3·2⁻⁹        is ¾ of the way to 1 + 2⁻⁷              → 0x3f81 (truncation would give 0x3f80)
+  //   −1 + −3·2⁻⁹      the same for negatives                   → 0xbf81
+  //   256 + 1.5        = 257.5, between 256 and 258 (spacing 2) → 258 (0x4381); truncation gives 256
+  std::vector<bf16> acc{bits(1.0f), bits(1.0f + 0x1p-7f), bits(1.0f), bits(-1.0f), bits(256.0f),
+                        bits(std::numeric_limits<float>::quiet_NaN())};
+  const std::vector<bf16> in{bits(0x1p-8f), bits(0x1p-8f), bits(3 * 0x1p-9f), bits(-3 * 0x1p-9f), bits(1.5f),
+                             bits(1.0f)};
+  be->reduce_add(acc.data(), in.data(), acc.size(), DType::bf16);
+  EXPECT_EQ(acc[0].bits, 0x3f80);
+  EXPECT_EQ(acc[1].bits, 0x3f82);
+  EXPECT_EQ(acc[2].bits, 0x3f81);
+  EXPECT_EQ(acc[3].bits, 0xbf81);
+  EXPECT_EQ(acc[4].bits, 0x4381);  // 258 = 1.0000001b·2⁸
+  EXPECT_TRUE(std::isnan(to_float(acc[5])));
+  EXPECT_EQ(to_float(acc[4]), 258.0f);
+
+  // Many elements (a ragged length): bitwise equal to round(fp32(a) + fp32(b)).
+  const std::size_t n = 1027;
+  const auto a32 = uniform(rng, n, -3, 3), b32 = uniform(rng, n, -3, 3);
+  std::vector<bf16> a(n), b(n);
+  be->cast(a32.data(), a.data(), n);
+  be->cast(b32.data(), b.data(), n);
+  auto expected = a;
+  for (std::size_t i = 0; i < n; ++i) expected[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
+  be->reduce_add(a.data(), b.data(), n, DType::bf16);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(a[i].bits, expected[i].bits) << i;
+}
+
+TEST_F(Optimizer, ReduceAddFp32IsPlainAddition) {
+  const std::size_t n = 45;
+  auto a = uniform(rng, n, -3, 3);
+  const auto b = uniform(rng, n, -3, 3), a0 = a;
+  be->reduce_add(a.data(), b.data(), n, DType::f32);
+  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(a[i], a0[i] + b[i]);
+}
+
+TEST_F(Optimizer, SumOfSquares) {
+  const std::vector<float> small{3.0f, -4.0f};
+  EXPECT_EQ(be->sum_of_squares(small.data(), 2, DType::f32), 25.0);
+  const std::vector<bf16> small16{to_bf16(3.0f), to_bf16(-4.0f), to_bf16(0.5f)};
+  EXPECT_EQ(be->sum_of_squares(small16.data(), 3, DType::bf16), 25.25);
+  EXPECT_EQ(be->sum_of_squares(small.data(), 0, DType::f32), 0.0);
+
+  // More than two of the backend's 4096-element blocks, ragged end; the reference sums in double in index order,
+  // the backend in blocks: the two differ only by double rounding (≈ n·2⁻⁵³ relative).
+  const std::size_t n = 10001;
+  const auto g = uniform(rng, n, -2, 2);
+  std::vector<bf16> g16(n);
+  be->cast(g.data(), g16.data(), n);
+  double ref32 = 0, ref16 = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    ref32 += double(g[i]) * g[i];
+    ref16 += double(to_float(g16[i])) * to_float(g16[i]);
+  }
+  EXPECT_NEAR(be->sum_of_squares(g.data(), n, DType::f32), ref32, 1e-12 * ref32);
+  EXPECT_NEAR(be->sum_of_squares(g16.data(), n, DType::bf16), ref16, 1e-12 * ref16);
+  EXPECT_NE(ref32, ref16);  // the BF16 path really decodes BF16
+}
+
+}  // namespace
+}  // namespace dptrain
