@@ -50,6 +50,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   app.add_option("--grad-dtype", grad_dtype, "Gradient and wire type: bf16 or fp32")->capture_default_str();
   app.add_option("--check-every", o.check_every, "Compare a hash of the weights across ranks every N steps")
       ->capture_default_str();
+  app.add_option("--link", o.link,
+                 "α–β link of the model: nvlink-h100, ib-400g, wan-100g, a link.json, or alpha=5us,bw=450GB/s "
+                 "(default: calibrated at start-up)");
+  app.add_option("--peak-tflops", o.peak_tflops, "Per-rank peak TFLOP/s for MFU (0: measured by an sgemm probe)")
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "OpenMP threads per rank (0: cores / ranks on the node)")
       ->capture_default_str();
 
@@ -93,6 +98,7 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.eval_windows >= 1, "--eval-windows must be at least 1, got {}", o.eval_windows);
   require(o.check_every >= 0, "--check-every must be non-negative, got {}", o.check_every);
   require(o.save_every >= 0, "--save-every must be non-negative, got {}", o.save_every);
+  require(o.peak_tflops >= 0, "--peak-tflops must be non-negative, got {}", o.peak_tflops);
   require(o.threads >= 0, "--threads must be non-negative, got {}", o.threads);
   require(o.save_every == 0 || !o.save.empty(), "--save-every {} needs --save DIR", o.save_every);
   require(o.allreduce == "ring" || o.allreduce == "tree" || o.allreduce == "native",

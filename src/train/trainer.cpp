@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <cmath>
 #include <thread>
 
@@ -54,6 +56,7 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   } else {
     engine_->initialise(options_.seed);
   }
+  if (!options_.link.empty()) link_ = link_from_spec(options_.link);
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
 }
 
@@ -83,6 +86,13 @@ void Trainer::connect() {
                                   [this](void* acc, const void* in, std::size_t n, DType dtype) {
                                     backend_->reduce_add(acc, in, n, dtype);
                                   });
+  if (options_.link.empty()) {
+    const std::size_t gradient_bytes = engine_->layout().total() * element_size(options_.grad_dtype);
+    link_ = calibrate_link(*collectives_, std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0);
+  }
+  // Every rank probes its own GEMM rate (they share the node's cores, as in training); the model uses the mean.
+  const double probe = options_.peak_tflops > 0 ? options_.peak_tflops * 1e12 : measure_sgemm_flops();
+  peak_flops_ = world_.sum_in_rank_order(probe) / world_.size();
 }
 
 void Trainer::say(const std::string& line) const {
@@ -119,6 +129,38 @@ void Trainer::check_weights_agree(int step) {
                  1);
 }
 
+nlohmann::json Trainer::collectives_table() {
+  struct Row {
+    std::size_t calls = 0;
+    std::uint64_t bytes = 0, bytes_sent = 0;
+    double measured = 0, modelled = 0;
+  };
+  std::map<std::tuple<CollectiveOp, Algorithm, std::size_t>, Row> rows;
+  for (const CommRecord& call : all_calls_) {
+    Row& row = rows[{call.op, call.algo, call.bytes}];
+    ++row.calls;
+    row.bytes += call.bytes;
+    row.bytes_sent += call.bytes_sent;
+    row.measured += call.seconds;
+    row.modelled += modelled_seconds(call, world_.size(), link_.link);
+  }
+  nlohmann::json table = nlohmann::json::array();
+  if (rows.empty()) return table;
+  say(fmt::format("{:>14} {:>7} {:>10} {:>7} {:>12} {:>12} {:>12} {:>7}", "collective", "algo", "size(B)", "calls",
+                  "sent(B)", "measured ms", "modelled ms", "ratio"));
+  for (const auto& [key, row] : rows) {
+    const auto& [op, algo, size] = key;
+    say(fmt::format("{:>14} {:>7} {:>10} {:>7} {:>12} {:>12.3f} {:>12.3f} {:>7.2f}", collective_op_name(op),
+                    algorithm_name(algo), size, row.calls, row.bytes_sent, 1e3 * row.measured, 1e3 * row.modelled,
+                    row.measured / row.modelled));
+    table.push_back({{"op", collective_op_name(op)}, {"algo", algorithm_name(algo)}, {"size", size},
+                     {"calls", row.calls}, {"bytes", row.bytes}, {"bytes_sent", row.bytes_sent},
+                     {"measured_ms", 1e3 * row.measured}, {"modelled_ms", 1e3 * row.modelled},
+                     {"ratio", row.measured / row.modelled}});
+  }
+  return table;
+}
+
 int Trainer::run() {
   const ModelConfig& m = options_.model;
   const std::size_t tokens_per_step = std::size_t(options_.batch) * std::size_t(m.seq);
@@ -127,6 +169,10 @@ int Trainer::run() {
   say(fmt::format("dptrain | {} rank(s) × {} thread(s) | batch {} × {} = {} tokens/step | grad {} | all-reduce {}",
                   world_.size(), threads_, options_.batch, m.seq, tokens_per_step, dtype_name(options_.grad_dtype),
                   options_.allreduce));
+  say(fmt::format("dptrain | link {} | peak {:.1f} GFLOP/s per rank ({})", link_.description, peak_flops_ / 1e9,
+                  options_.peak_tflops > 0 ? "--peak-tflops" : "sgemm probe"));
+  const double flops_per_step = training_flops_per_token(m) * double(tokens_per_step);
+  const double compute_model_seconds = flops_per_step / (world_.size() * peak_flops_);
   const int first_step = engine_->optimizer_step();
   if (first_step > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step));
 
@@ -140,12 +186,17 @@ int Trainer::run() {
         engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
     const double seconds = watch.seconds();
     const auto calls = collectives_->log().take();
-    double comm_seconds = 0;
+    double comm_seconds = 0, comm_model_seconds = 0;
     std::uint64_t comm_bytes = 0;
     for (const CommRecord& call : calls) {
       comm_seconds += call.seconds;
       comm_bytes += call.bytes_sent;
+      comm_model_seconds += modelled_seconds(call, world_.size(), link_.link);
     }
+    all_calls_.insert(all_calls_.end(), calls.begin(), calls.end());
+    // Without overlap the step waits for its communication: modelled step = compute + comm.
+    const double step_model_seconds = compute_model_seconds + comm_model_seconds;
+    const double mfu = flops_per_step / seconds / (world_.size() * peak_flops_);
     if (!result.finite) {
       const std::string what = fmt::format("step {}: loss {} and gradient norm {} are not finite", step + 1,
                                            result.loss, result.grad_norm);
@@ -169,15 +220,19 @@ int Trainer::run() {
       std::string line = fmt::format("step {}/{} | loss {:.4f} | lr {:.1e} | norm {:.3f} | {:.1f} ms | {} tok/s",
                                      step + 1, options_.steps, result.loss, lr, result.grad_norm, 1e3 * seconds,
                                      human_count(tokens_per_s));
+      line += fmt::format(" | MFU {:.1f}%", 100 * mfu);
       if (world_.size() > 1)
-        line += fmt::format(" | comm {:.1f} ms {}B", 1e3 * comm_seconds, human_count(double(comm_bytes)));
+        line += fmt::format(" | comm {:.1f} ms (model {:.1f}) {}B", 1e3 * comm_seconds, 1e3 * comm_model_seconds,
+                            human_count(double(comm_bytes)));
       if (val_loss) line += fmt::format(" | val {:.4f}", *val_loss);
       say(line);
     }
     nlohmann::json record = {{"step", step + 1},          {"loss", result.loss},
                              {"lr", lr},                  {"grad_norm", result.grad_norm},
                              {"step_ms", 1e3 * seconds}, {"tokens_per_s", tokens_per_s},
-                             {"comm_ms", 1e3 * comm_seconds}, {"comm_bytes", comm_bytes}};
+                             {"comm_ms", 1e3 * comm_seconds}, {"comm_bytes", comm_bytes},
+                             {"comm_model_ms", 1e3 * comm_model_seconds}, {"step_model_ms", 1e3 * step_model_seconds},
+                             {"mfu", mfu}};
     if (val_loss) record["val_loss"] = *val_loss;
     log_.write(record);
 
@@ -193,7 +248,13 @@ int Trainer::run() {
   const double tokens_per_s = total_seconds > 0 ? double(tokens_per_step) * timed_steps / total_seconds : 0.0;
   say(fmt::format("dptrain | done: {} steps | final loss {:.4f} | val {:.4f} | {:.1f} ms/step | {} tok/s",
                   timed_steps, last_loss, last_val, mean_ms, human_count(tokens_per_s)));
+  const nlohmann::json table = collectives_table();
   log_.write({{"event", "summary"},
+              {"link", {{"alpha_s", link_.link.alpha_s}, {"bandwidth_Bps", link_.link.bandwidth_Bps},
+                        {"source", link_.description}}},
+              {"peak_flops_per_rank", peak_flops_},
+              {"mfu", total_seconds > 0 ? flops_per_step * timed_steps / total_seconds / (world_.size() * peak_flops_) : 0.0},
+              {"collectives", table},
               {"steps", timed_steps},
               {"first_step", first_step + 1},
               {"last_step", options_.steps},

@@ -99,7 +99,7 @@ TEST_F(DataParallel, RanksStartedWithDifferentOptionsAreRefused) {
 
 TEST_F(DataParallel, StepRecordsCarryCommunication) {
   const std::string log = dir_ / "comm.jsonl";
-  const auto r = run_command(testing::mpiexec(2) + " " + dptrain("--batch 8 --steps 2 --grad-dtype bf16 --log " + log));
+  const auto r = run_command(testing::mpiexec(2) + " " + dptrain("--batch 8 --steps 2 --grad-dtype bf16 --link alpha=10us,bw=1GB/s --log " + log));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto records = testing::read_jsonl(log);
   ASSERT_GE(records.size(), 2u);
@@ -107,6 +107,20 @@ TEST_F(DataParallel, StepRecordsCarryCommunication) {
   // gradients sends 2(p−1)/p·M = M = 68,352 bytes per rank at p = 2 (each unit's element count is even here).
   EXPECT_EQ(records[0]["comm_bytes"].get<std::uint64_t>(), 68352u);
   EXPECT_GT(records[0]["comm_ms"].get<double>(), 0.0);
+  // The model of exactly these calls: 4 all-reduces (final norm, block 1, block 0, embeddings), each
+  // 2(p−1)α + 2(p−1)/p·M_u/B, so in all 4·20 µs + 68,352 B / 1 GB/s = 148.352 µs.
+  EXPECT_NEAR(records[0]["comm_model_ms"].get<double>(), 0.148352, 1e-12);
+  const double compute_model_ms = records[0]["step_model_ms"].get<double>() - 0.148352;
+  EXPECT_GT(compute_model_ms, 0.0);
+  const double mfu = records[0]["mfu"].get<double>();
+  EXPECT_GT(mfu, 0.0);
+  EXPECT_LT(mfu, 1.5);  // against the sgemm probe: above 1 only if the probe ran on a busier core than the step
+  const auto& summary = records.back();
+  ASSERT_EQ(summary["event"], "summary");
+  EXPECT_DOUBLE_EQ(summary["link"]["alpha_s"].get<double>(), 1e-5);
+  std::size_t calls = 0;
+  for (const auto& row : summary["collectives"]) calls += row["calls"].get<std::size_t>();
+  EXPECT_EQ(calls, 8u);  // 4 units × 2 steps
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ struct TrainOptions {
   DType grad_dtype = DType::bf16;
   int check_every = 100;      // weight-hash comparison across ranks
 
+  std::string link;           // α–β link: preset, link.json, or alpha=..,bw=..; empty: calibrate at start-up
+  double peak_tflops = 0;     // per-rank peak for MFU; 0: measured by an sgemm probe
+
   int threads = 0;            // OpenMP threads per rank; 0: cores / ranks on this node
 
   std::string log;            // JSONL metrics

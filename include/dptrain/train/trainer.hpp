@@ -9,6 +9,7 @@
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/dp/engine.hpp"
 #include "dptrain/train/data.hpp"
+#include "dptrain/train/link_model.hpp"
 #include "dptrain/train/metrics_log.hpp"
 #include "dptrain/train/mpi_world.hpp"
 #include "dptrain/train/options.hpp"
@@ -37,6 +38,7 @@ class Trainer {
   void check_weights_agree(int step);
   void fill_local_windows(int step);
   void say(const std::string& line) const;  // rank 0 prints
+  nlohmann::json collectives_table();       // measured against modelled per collective and size; prints it
 
   TrainOptions options_;
   const MpiWorld& world_;
@@ -46,6 +48,9 @@ class Trainer {
   std::unique_ptr<Collectives> collectives_;
   std::unique_ptr<DataParallelEngine> engine_;
   MetricsLog log_;
+  LinkSource link_;
+  double peak_flops_ = 0;  // per rank
+  std::vector<CommRecord> all_calls_;  // every collective of the timed steps, for the summary table
   int threads_ = 1;
   std::size_t local_windows_ = 0;
   std::vector<std::int32_t> windows_;  // [local_windows, Q+1]

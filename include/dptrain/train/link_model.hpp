@@ -1,0 +1,34 @@
+// The run's link and device as the systems model sees them: α and β from a preset, a link.json file, an
+// explicit `alpha=..,bw=..`, or a short calibration sweep at start-up; the per-rank peak FLOP/s from a flag or
+// a short sgemm probe. And the modelled time of every collective call the run issued.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "dptrain/comm/collectives.hpp"
+#include "dptrain/cost/link.hpp"
+
+namespace dptrain {
+
+struct LinkSource {
+  cost::Link link;
+  std::string description;  // e.g. "calibrated: α = 12.3 µs, B = 4.1 GB/s (24 samples, 1.2 s)"
+};
+
+// `spec` is a preset name, a path to link.json ({"alpha_s": .., "bandwidth_Bps": ..}) or `alpha=..,bw=..`.
+LinkSource link_from_spec(const std::string& spec);
+
+// Collective over all ranks: times all-reduces of a doubling sweep of sizes (up to max_bytes) with the run's
+// collectives for at most `budget_seconds`, then fits α and β by least squares. Every rank gets the same link.
+LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, double budget_seconds);
+
+// The α–β time of one recorded call on p ranks.
+double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& link);
+
+// Achievable fp32 GEMM FLOP/s of this rank with its threads (a few 1024³ sgemm calls).
+double measure_sgemm_flops();
+
+// Writes link.json.
+void write_link_file(const std::string& path, const cost::Link& link, const std::string& note);
+
+}  // namespace dptrain

@@ -1,0 +1,102 @@
+// Link calibration, link files, the sgemm probe and the α–β time of recorded calls.
+#include "dptrain/train/link_model.hpp"
+
+#include <cblas.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dptrain/core/error.hpp"
+#include "dptrain/core/timer.hpp"
+#include "dptrain/cost/fit.hpp"
+#include "dptrain/train/safetensors.hpp"
+
+namespace dptrain {
+
+LinkSource link_from_spec(const std::string& spec) {
+  if (std::filesystem::is_regular_file(spec)) {
+    std::ifstream in(spec);
+    try {
+      const auto j = nlohmann::json::parse(in);
+      const cost::Link link{j.at("alpha_s").get<double>(), j.at("bandwidth_Bps").get<double>()};
+      require(link.alpha_s >= 0 && link.bandwidth_Bps > 0, "--link: '{}' holds α {} s and B {} B/s; need α ≥ 0, B > 0",
+              spec, link.alpha_s, link.bandwidth_Bps);
+      return {link, fmt::format("from {}: {}", spec, cost::describe(link))};
+    } catch (const nlohmann::json::exception& e) {
+      fail("--link: '{}' is not a link file ({{\"alpha_s\": .., \"bandwidth_Bps\": ..}}): {}", spec, e.what());
+    }
+  }
+  const cost::Link link = cost::parse_link(spec);
+  return {link, fmt::format("{}: {}", spec, cost::describe(link))};
+}
+
+LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, double budget_seconds) {
+  const int p = collectives.size();
+  if (p == 1) return {cost::Link{0, 1e30}, "single rank: no link"};
+  const Stopwatch total;
+  std::vector<cost::TimingSample> samples;
+  std::vector<char> buffer(std::max<std::size_t>(max_bytes, 1 << 16), 0);
+  for (std::size_t bytes = 1 << 12; bytes <= buffer.size(); bytes *= 4) {
+    const std::size_t count = bytes / 2;  // BF16 elements
+    collectives.all_reduce(buffer.data(), count, DType::bf16);  // warm-up
+    double local = 0;
+    const int iterations = 3;
+    for (int i = 0; i < iterations; ++i) {
+      const Stopwatch watch;
+      collectives.all_reduce(buffer.data(), count, DType::bf16);
+      local += watch.seconds() / iterations;
+    }
+    // The slowest rank sets the collective's time, and every rank must fit the same samples.
+    double slowest = 0, elapsed = total.seconds(), elapsed_max = 0;
+    MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&elapsed, &elapsed_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    samples.push_back({cost::Collective::ring_all_reduce, p, double(bytes), slowest});
+    if (elapsed_max > budget_seconds / 2) break;  // the next size costs about four times as much
+  }
+  collectives.log().clear();
+  const cost::LinkFit fit = cost::fit_alpha_beta(samples, cost::FitWeighting::relative);
+  return {fit.link, fmt::format("calibrated: {} ({} all-reduces of 4 KiB–{} KiB, {:.1f} s)", cost::describe(fit.link),
+                                samples.size(), std::size_t(samples.back().bytes) >> 10, total.seconds())};
+}
+
+double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& link) {
+  cost::Collective kind = cost::Collective::ring_all_reduce;
+  switch (call.op) {
+    case CollectiveOp::all_reduce:
+      kind = call.algo == Algorithm::tree ? cost::Collective::tree_all_reduce : cost::Collective::ring_all_reduce;
+      break;
+    case CollectiveOp::reduce_scatter: kind = cost::Collective::ring_reduce_scatter; break;
+    case CollectiveOp::all_gather: kind = cost::Collective::ring_all_gather; break;
+  }
+  return cost::collective_cost(kind, ranks, double(call.bytes), link).seconds;
+}
+
+double measure_sgemm_flops() {
+  const int n = 512;
+  std::vector<float> a(std::size_t(n) * n, 0.5f), b(a), c(a.size());
+  auto gemm = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                n);
+  };
+  gemm();  // warm-up: thread pool and caches
+  double best = 1e30;
+  for (int i = 0; i < 8; ++i) {
+    const Stopwatch watch;
+    gemm();
+    best = std::min(best, watch.seconds());
+  }
+  return 2.0 * n * n * double(n) / best;
+}
+
+void write_link_file(const std::string& path, const cost::Link& link, const std::string& note) {
+  const nlohmann::json j = {{"alpha_s", link.alpha_s}, {"bandwidth_Bps", link.bandwidth_Bps}, {"note", note}};
+  write_file_atomically(path, j.dump(2) + "\n");
+}
+
+}  // namespace dptrain
