@@ -28,7 +28,7 @@ PY
 }
 pytorch_tokens_per_s() {
   /usr/bin/python3 "$DPTRAIN_ROOT/scripts/gpt_reference.py" bench --layers "$layers" --width "$width" \
-    --heads "$heads" --seq "$seq" --vocab "$vocab" --batch "$batch" --steps "$steps" --threads "$threads" |
+    --heads "$heads" --seq "$seq" --vocab "$vocab" --batch "$batch" --steps "$steps" --threads "$threads" 2>/dev/null |
     awk '/^pytorch_tokens_per_s/ {print $2}'
 }
 
