@@ -41,7 +41,9 @@ LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, doubl
   if (p == 1) return {cost::Link{0, 1e30}, "single rank: no link"};
   const Stopwatch total;
   std::vector<cost::TimingSample> samples;
-  std::vector<char> buffer(std::max<std::size_t>(max_bytes, 1 << 16), 0);
+  // Sizes up to at least 4 MiB whatever the model: below that, latency and noise dominate and the bandwidth
+  // term cannot be fitted.
+  std::vector<char> buffer(std::max<std::size_t>(max_bytes, 4u << 20), 0);
   for (std::size_t bytes = 1 << 12; bytes <= buffer.size(); bytes *= 4) {
     const std::size_t count = bytes / 2;  // BF16 elements
     collectives.all_reduce(buffer.data(), count, DType::bf16);  // warm-up
@@ -60,9 +62,21 @@ LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, doubl
     if (elapsed_max > budget_seconds / 2) break;  // the next size costs about four times as much
   }
   collectives.log().clear();
-  const cost::LinkFit fit = cost::fit_alpha_beta(samples, cost::FitWeighting::relative);
-  return {fit.link, fmt::format("calibrated: {} ({} all-reduces of 4 KiB–{} KiB, {:.1f} s)", cost::describe(fit.link),
-                                samples.size(), std::size_t(samples.back().bytes) >> 10, total.seconds())};
+  const std::string sweep = fmt::format("{} all-reduces of 4 KiB–{} KiB, {:.0f} ms", samples.size(),
+                                        std::size_t(samples.back().bytes) >> 10, 1e3 * total.seconds());
+  try {
+    const cost::LinkFit fit = cost::fit_alpha_beta(samples, cost::FitWeighting::relative);
+    return {fit.link, fmt::format("calibrated: {} ({})", cost::describe(fit.link), sweep)};
+  } catch (const UserError&) {
+    // Timings too noisy for least squares (a busy, oversubscribed machine): bandwidth from the largest
+    // message, latency from the smallest.
+    const double factor = 2.0 * (p - 1) / p;
+    const auto& small = samples.front();
+    const auto& large = samples.back();
+    cost::Link link{0, factor * large.bytes / large.seconds};
+    link.alpha_s = std::max(0.0, (small.seconds - factor * small.bytes / link.bandwidth_Bps) / (2.0 * (p - 1)));
+    return {link, fmt::format("calibrated (two-point; timings too noisy to fit): {} ({})", cost::describe(link), sweep)};
+  }
 }
 
 double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& link) {
