@@ -6,8 +6,8 @@
 #   scripts/bench-collectives.sh                 # bf16, np 2 and 4, 1 KiB .. 64 MiB by 4×, 3 repeats
 #   NPS="2" DTYPE=fp32 REPEATS=5 scripts/bench-collectives.sh -n 40
 #
-# Environment: BUILD_DIR (default build; configured and built if needed), NPS, DTYPE, REPEATS (each row's busbw
-# is the median over repeats: the machine may be shared), OUT_DIR (JSON of every run). Extra arguments go to
+# Environment: BUILD_DIR (default build; configured and built if needed), NPS, DTYPE, REPEATS (medians over
+# repeats: a shared or virtual machine's speed drifts), OUT_DIR (JSON and text of every run). Extra arguments go to
 # dpbench (a repeated flag overrides the sweep's). More ranks than cores run oversubscribed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +33,7 @@ cmake --build "$BUILD_DIR" --target dpbench -j "$CORES" > /dev/null
 mkdir -p "$OUT_DIR"
 
 echo "# $(date -u +%FT%TZ)  $CORES cores  load $(cut -d' ' -f1-3 /proc/loadavg)  mpirun: $(mpirun --version | head -1)"
-echo "# dpbench ${SWEEP[*]} $*   (${REPEATS} repeats per np, median busbw)"
+echo "# dpbench ${SWEEP[*]} $*   (${REPEATS} repeats per np)"
 for np in $NPS; do
   for ((i = 1; i <= REPEATS; ++i)); do
     mpirun -np "$np" --oversubscribe "$BUILD_DIR/dpbench" "${SWEEP[@]}" "$@" --json "$OUT_DIR/np$np-$i.json" \
@@ -47,16 +47,18 @@ for np in $NPS; do
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
+# Per size: each algorithm's median busbw over the repeats, and the median over repeats of ring / native taken
+# within one run (ring and native of a size run seconds apart, so a machine that slows down between runs
+# moves both).
 printf '\n%4s %12s %12s %12s %12s %12s  %s\n' np "size(B)" "ring GB/s" "tree GB/s" "native GB/s" "ring/native" \
   "goal (>= 0.9 from 4 MiB)"
 for np in $NPS; do
   jq -s -r --argjson goal_from $((4 << 20)) '
-    add
+    def median: sort | .[length / 2 | floor];
+    [.[] | group_by(.size)[] | (map({key: .algo, value: .busbw}) | from_entries) + {size: .[0].size, ranks: .[0].ranks}]
     | group_by(.size)[]
-    | (group_by(.algo) | map({key: .[0].algo, value: (map(.busbw) | sort | .[length / 2 | floor])}) | from_entries)
-        as $busbw
-    | [.[0].ranks, .[0].size, $busbw.ring, $busbw.tree, $busbw.native,
-       (if $busbw.native > 0 then $busbw.ring / $busbw.native else null end)]
+    | [.[0].ranks, .[0].size, (map(.ring) | median), (map(.tree) | median), (map(.native) | median),
+       (map(if .native > 0 then .ring / .native else 0 end) | median)]
     | . + [if .[1] < $goal_from then "" elif .[5] >= 0.9 then "met" else "MISSED" end]
     | @tsv' "$OUT_DIR"/np"$np"-*.json |
     awk -F'\t' '{ printf "%4d %12d %12.3f %12.3f %12.3f %12.2f  %s\n", $1, $2, $3, $4, $5, $6, $7 }'

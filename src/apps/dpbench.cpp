@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +21,9 @@
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
+#include "dptrain/cost/fit.hpp"
+#include "dptrain/cost/link.hpp"
+#include "dptrain/train/safetensors.hpp"
 
 namespace dptrain {
 namespace {
@@ -85,7 +89,7 @@ struct Options {
   bool check = false;
   std::string json;
   std::size_t ring_piece_bytes = kRingPieceBytes;
-  // Hook for --fit (α–β fitting of the sweep, cost module): a flag here, the fit on `results` in main().
+  std::string fit;  // --fit FILE: least-squares α and β per algorithm, the first algorithm's written as link.json
 };
 
 // Returns nullopt after --help (printed by rank 0). Throws UserError on bad input, CLI::ParseError on bad syntax.
@@ -104,6 +108,9 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("-d,--datatype", dtype, "bf16 or fp32")->capture_default_str();
   app.add_option("-n,--iters", options.iters, "timed iterations per row")->capture_default_str();
   app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations before them")->capture_default_str();
+  app.add_option("--fit", options.fit,
+                 "fit α and β to the sweep by least squares (per algorithm) and write the first algorithm's to "
+                 "this link.json (for dptrain --link)");
   app.add_option("-c,--check", check, "1: verify results and count wrong elements")->capture_default_str();
   app.add_option("--json", options.json, "also write the rows as a JSON array to this file");
   app.add_option("--ring-piece", piece, "ring message size in bytes (K, M, G suffixes; 'chunk' = unpipelined)");
@@ -297,6 +304,43 @@ void print_row(const BenchResult& r) {
   std::fflush(stdout);
 }
 
+// The α–β model of one benchmark row: which collective formula (SYSTEMS-MODEL.md) its time follows.
+cost::Collective modelled_collective(BenchOp op, const std::string& algo) {
+  switch (op) {
+    case BenchOp::allreduce:
+      return algo == "tree" ? cost::Collective::tree_all_reduce : cost::Collective::ring_all_reduce;
+    case BenchOp::reduce_scatter: return cost::Collective::ring_reduce_scatter;
+    case BenchOp::all_gather: return cost::Collective::ring_all_gather;
+    case BenchOp::sendrecv: break;
+  }
+  fail("--fit: sendrecv has no collective formula to fit; use --op allreduce, reduce_scatter or all_gather");
+}
+
+// Fits α and β per algorithm, prints them with the fit's residuals, and writes the first algorithm's link.
+void fit_links(const std::string& path, const std::vector<BenchResult>& results) {
+  nlohmann::json fits = nlohmann::json::array();
+  std::vector<std::string> algorithms;
+  for (const BenchResult& r : results)
+    if (std::find(algorithms.begin(), algorithms.end(), r.algo) == algorithms.end()) algorithms.push_back(r.algo);
+  for (const std::string& algo : algorithms) {
+    std::vector<cost::TimingSample> samples;
+    for (const BenchResult& r : results)
+      if (r.algo == algo && r.size > 0)
+        samples.push_back({modelled_collective(r.op, algo), r.ranks, double(r.size), r.time_us * 1e-6});
+    const cost::LinkFit fit = cost::fit_alpha_beta(samples, cost::FitWeighting::relative);
+    std::printf("# fit %-7s %s  (%d sizes, max |relative residual| %.1f%%)\n", algo.c_str(),
+                cost::describe(fit.link).c_str(), fit.samples, 100 * fit.max_relative_residual);
+    fits.push_back({{"algo", algo}, {"alpha_s", fit.link.alpha_s}, {"bandwidth_Bps", fit.link.bandwidth_Bps},
+                    {"samples", fit.samples}, {"max_relative_residual", fit.max_relative_residual}});
+  }
+  const nlohmann::json link = {{"alpha_s", fits[0]["alpha_s"]}, {"bandwidth_Bps", fits[0]["bandwidth_Bps"]},
+                               {"note", fmt::format("dpbench --fit, {} on {} ranks", std::string(fits[0]["algo"]),
+                                                    results.front().ranks)},
+                               {"fits", fits}};
+  write_file_atomically(path, link.dump(2) + "\n");
+  std::printf("# wrote %s\n", path.c_str());
+}
+
 void write_json(const std::string& path, const std::vector<BenchResult>& results) {
   nlohmann::json rows = nlohmann::json::array();
   for (const BenchResult& r : results) {
@@ -346,8 +390,8 @@ int run(int argc, char** argv, int rank) {
     }
     if (bytes > options->max_bytes / options->factor) break;  // the next size would overflow or pass -e
   }
-  // --fit hook: the α–β fit (cost module) will take `results` here and print the fitted α and β.
   if (rank == 0 && !options->json.empty()) write_json(options->json, results);
+  if (rank == 0 && !options->fit.empty()) fit_links(options->fit, results);
   return 0;
 }
 
