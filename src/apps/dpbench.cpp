@@ -132,6 +132,8 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   }
   if (options.op == BenchOp::sendrecv) options.algorithms = {Algorithm::ring};  // one row: the transport itself
   options.dtype = parse_dtype(dtype, "-d");
+  require(options.fit.empty() || options.op != BenchOp::sendrecv,
+          "--fit: sendrecv has no collective formula to fit; use --op allreduce, reduce_scatter or all_gather");
   require(options.iters >= 1, "-n: iterations must be at least 1, got {}", options.iters);
   require(options.warmup >= 0, "-w: warm-up iterations must be at least 0, got {}", options.warmup);
   require(check == 0 || check == 1, "-c: expected 0 or 1, got {}", check);
@@ -391,7 +393,15 @@ int run(int argc, char** argv, int rank) {
     if (bytes > options->max_bytes / options->factor) break;  // the next size would overflow or pass -e
   }
   if (rank == 0 && !options->json.empty()) write_json(options->json, results);
-  if (rank == 0 && !options->fit.empty()) fit_links(options->fit, results);
+  if (rank == 0 && !options->fit.empty()) {
+    // After the last collective: a fit that cannot be made (too few or too noisy sizes) is rank 0's alone.
+    try {
+      fit_links(options->fit, results);
+    } catch (const UserError& e) {
+      std::fprintf(stderr, "dpbench: %s\n", e.what());
+      return kExitBadInput;
+    }
+  }
   return 0;
 }
 

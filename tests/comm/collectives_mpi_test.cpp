@@ -28,7 +28,9 @@ const Variant kVariants[] = {{Algorithm::ring}, {Algorithm::ring, 1000}, {Algori
                              {Algorithm::tree}, {Algorithm::native}};
 
 std::unique_ptr<Collectives> make(const Variant& variant, MpiTransport& transport) {
-  if (variant.algo == Algorithm::ring) return make_ring_collectives(transport, host_reduce_add, variant.ring_piece_bytes);
+  if (variant.algo == Algorithm::ring) {
+    return make_ring_collectives(transport, host_reduce_add, variant.ring_piece_bytes);
+  }
   return make_collectives(variant.algo, transport);
 }
 constexpr std::size_t kLargeCount = 1000003;  // prime: unequal chunks for every p > 1
@@ -106,7 +108,8 @@ long wrong_elements(const Buffer& result, CollectiveOp op, int r, int p) {
 
 std::size_t subtree_elements(std::size_t count, int p, int node) {
   if (node >= p) return 0;
-  return chunk_size(count, p, node) + subtree_elements(count, p, 2 * node + 1) + subtree_elements(count, p, 2 * node + 2);
+  return chunk_size(count, p, node) + subtree_elements(count, p, 2 * node + 1) +
+         subtree_elements(count, p, 2 * node + 2);
 }
 
 // Wire bytes rank r must send, counted independently of the implementation from what each algorithm moves.

@@ -20,7 +20,7 @@
 
 namespace dptrain {
 
-// Receive buffer reused across calls so a steady-state collective allocates nothing.
+// Receive scratch kept across calls, so the largest buffer a collective needs is allocated once, not per call.
 class Scratch {
  public:
   std::byte* get(std::size_t bytes);
