@@ -23,7 +23,7 @@
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/fit.hpp"
 #include "dptrain/cost/link.hpp"
-#include "dptrain/train/safetensors.hpp"
+#include "dptrain/core/atomic_file.hpp"
 
 namespace dptrain {
 namespace {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "dptrain/core/error.hpp"
+#include "dptrain/core/hash.hpp"
 
 namespace dptrain {
 
@@ -98,12 +99,7 @@ double DataParallelEngine::loss_sum(const std::int32_t* windows, std::size_t n) 
 }
 
 std::uint64_t DataParallelEngine::weights_hash() const {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const bf16 w : weights_) {
-    h = (h ^ (w.bits & 0xff)) * 0x100000001b3ull;
-    h = (h ^ (w.bits >> 8)) * 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a(weights_.data(), weights_.size() * sizeof(bf16));
 }
 
 }  // namespace dptrain

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <numbers>
 
+#include "dptrain/core/hash.hpp"
+
 #include <fmt/format.h>
 
 namespace dptrain {
@@ -50,23 +52,6 @@ const ParameterEntry* ParameterLayout::find(const std::string& name) const {
     if (e.name == name) return &e;
   return nullptr;
 }
-
-namespace {
-
-// splitmix64: a small, well-mixed generator whose output is the same everywhere (std::normal_distribution is
-// not specified bit for bit across standard libraries).
-struct SplitMix64 {
-  std::uint64_t state;
-  std::uint64_t next() {
-    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return (next() >> 11) * 0x1.0p-53; }  // [0, 1)
-};
-
-}  // namespace
 
 void initialise_parameters(const ParameterLayout& layout, std::uint64_t seed, float* params) {
   SplitMix64 rng{seed};

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "dptrain/core/atomic_file.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/safetensors.hpp"
 

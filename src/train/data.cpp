@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "dptrain/core/error.hpp"
+#include "dptrain/core/hash.hpp"
 
 namespace dptrain {
 namespace fs = std::filesystem;
@@ -67,14 +68,6 @@ std::vector<fs::path> source_files(const fs::path& root) {
   }
   require(!files.empty(), "data directory '{}' holds no data files", root.string());
   return files;
-}
-
-// splitmix64 finaliser: a stateless hash with full avalanche, so (seed, step, index) → start is a pure function.
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 }  // namespace
@@ -137,7 +130,7 @@ Dataset::Dataset(Corpus corpus, double val_fraction, int seq, int vocab) : corpu
 void Dataset::train_window(std::uint64_t seed, std::uint64_t step, std::uint64_t index, std::int32_t* out) const {
   const std::size_t window = std::size_t(seq_) + 1;
   const std::uint64_t starts = split_ - window + 1;
-  const std::uint64_t start = mix(mix(mix(seed) ^ step) ^ index) % starts;
+  const std::uint64_t start = splitmix64(splitmix64(splitmix64(seed) ^ step) ^ index) % starts;
   std::copy_n(corpus_.tokens.data() + start, window, out);
 }
 

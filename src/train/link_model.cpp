@@ -15,7 +15,7 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/fit.hpp"
-#include "dptrain/train/safetensors.hpp"
+#include "dptrain/core/atomic_file.hpp"
 
 namespace dptrain {
 

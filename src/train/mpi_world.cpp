@@ -4,7 +4,6 @@
 #include <mpi.h>
 
 #include <cstdio>
-#include <numeric>
 
 #include "dptrain/core/error.hpp"
 
@@ -35,10 +34,13 @@ double MpiWorld::sum_in_rank_order(double x) const {
   return total;
 }
 
-std::vector<std::uint64_t> MpiWorld::all_gather(std::uint64_t x) const {
+std::vector<int> MpiWorld::ranks_differing_from_first(std::uint64_t value) const {
   std::vector<std::uint64_t> all(size_);
-  MPI_Allgather(&x, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
-  return all;
+  MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  std::vector<int> differing;
+  for (int r = 1; r < size_; ++r)
+    if (all[r] != all[0]) differing.push_back(r);
+  return differing;
 }
 
 int MpiWorld::agree(const std::function<void()>& setup, const char* program) const {

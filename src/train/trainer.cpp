@@ -4,8 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <map>
-#include <tuple>
 #include <cmath>
 #include <thread>
 
@@ -13,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "dptrain/core/error.hpp"
+#include "dptrain/core/hash.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/train/checkpoint.hpp"
 #include "dptrain/train/schedule.hpp"
@@ -63,21 +62,14 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
 Trainer::~Trainer() = default;
 
 void Trainer::connect() {
-  // The options as text, without the per-rank-legal settings, hashed (FNV-1a).
-  TrainOptions shared = options_;
-  shared.threads = 0;
-  shared.log.clear();
-  const std::string text = fmt::format(
-      "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", describe(shared.model), shared.model.vocab,
-      shared.steps, shared.batch, shared.lr, shared.min_lr, shared.warmup, shared.weight_decay, shared.grad_clip,
-      shared.seed, shared.eval_every, shared.eval_windows, shared.allreduce, dtype_name(shared.grad_dtype),
-      shared.check_every, shared.val_fraction, shared.save_every, shared.skip_nonfinite, engine_->optimizer_step());
-  std::uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
-  const auto hashes = world_.all_gather(hash);
-  std::vector<int> differing;
-  for (int r = 1; r < world_.size(); ++r)
-    if (hashes[r] != hashes[0]) differing.push_back(r);
+  // The options every rank must share (threads and the log file may differ), as text.
+  const TrainOptions& o = options_;
+  const std::string shared = fmt::format(
+      "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}", describe(o.model), o.model.vocab, o.steps, o.batch,
+      o.lr, o.min_lr, o.warmup, o.weight_decay, o.grad_clip, o.seed, o.eval_every, o.eval_windows, o.allreduce,
+      dtype_name(o.grad_dtype), o.check_every, o.val_fraction, o.save_every, o.skip_nonfinite,
+      engine_->optimizer_step());
+  const std::vector<int> differing = world_.ranks_differing_from_first(fnv1a(shared.data(), shared.size()));
   require(differing.empty(),
           "rank(s) {} were started with options (or a resume step) that differ from rank 0's; every rank needs the same",
           fmt::join(differing, ", "));
@@ -119,10 +111,7 @@ double Trainer::evaluate() {
 }
 
 void Trainer::check_weights_agree(int step) {
-  const auto hashes = world_.all_gather(engine_->weights_hash());
-  std::vector<int> differing;
-  for (int r = 1; r < world_.size(); ++r)
-    if (hashes[r] != hashes[0]) differing.push_back(r);
+  const std::vector<int> differing = world_.ranks_differing_from_first(engine_->weights_hash());
   if (!differing.empty())
     world_.abort(fmt::format("weights differ across ranks after step {}: rank(s) {} disagree with rank 0", step,
                              fmt::join(differing, ", ")),
@@ -130,20 +119,7 @@ void Trainer::check_weights_agree(int step) {
 }
 
 nlohmann::json Trainer::collectives_table() {
-  struct Row {
-    std::size_t calls = 0;
-    std::uint64_t bytes = 0, bytes_sent = 0;
-    double measured = 0, modelled = 0;
-  };
-  std::map<std::tuple<CollectiveOp, Algorithm, std::size_t>, Row> rows;
-  for (const CommRecord& call : all_calls_) {
-    Row& row = rows[{call.op, call.algo, call.bytes}];
-    ++row.calls;
-    row.bytes += call.bytes;
-    row.bytes_sent += call.bytes_sent;
-    row.measured += call.seconds;
-    row.modelled += modelled_seconds(call, world_.size(), link_.link);
-  }
+  const auto& rows = collective_totals_;
   nlohmann::json table = nlohmann::json::array();
   if (rows.empty()) return table;
   say(fmt::format("{:>14} {:>7} {:>10} {:>7} {:>12} {:>12} {:>12} {:>7}", "collective", "algo", "size(B)", "calls",
@@ -189,11 +165,17 @@ int Trainer::run() {
     double comm_seconds = 0, comm_model_seconds = 0;
     std::uint64_t comm_bytes = 0;
     for (const CommRecord& call : calls) {
+      const double modelled = modelled_seconds(call, world_.size(), link_.link);
       comm_seconds += call.seconds;
       comm_bytes += call.bytes_sent;
-      comm_model_seconds += modelled_seconds(call, world_.size(), link_.link);
+      comm_model_seconds += modelled;
+      CollectiveTotals& totals = collective_totals_[{call.op, call.algo, call.bytes}];
+      ++totals.calls;
+      totals.bytes += call.bytes;
+      totals.bytes_sent += call.bytes_sent;
+      totals.measured += call.seconds;
+      totals.modelled += modelled;
     }
-    all_calls_.insert(all_calls_.end(), calls.begin(), calls.end());
     // Without overlap the step waits for its communication: modelled step = compute + comm.
     const double step_model_seconds = compute_model_seconds + comm_model_seconds;
     const double mfu = flops_per_step / seconds / (world_.size() * peak_flops_);

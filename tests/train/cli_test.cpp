@@ -10,16 +10,10 @@ namespace dptrain {
 namespace {
 
 using testing::run_command;
-using testing::TemporaryDirectory;
 
-class DptrainProgram : public ::testing::Test {
+class DptrainProgram : public testing::TinyRunTest {
  protected:
-  void SetUp() override { testing::write_text(dir_ / "corpus.txt", testing::small_corpus_text()); }
-  std::string dptrain(const std::string& flags) const {
-    return fmt::format("{}/dptrain --config {}/configs/tiny.toml --data {} --threads 1 {}", testing::binary_dir(),
-                       testing::source_dir(), dir_ / "corpus.txt", flags);
-  }
-  TemporaryDirectory dir_{"cli"};
+  DptrainProgram() : TinyRunTest("cli", "") {}
 };
 
 struct BadInput {

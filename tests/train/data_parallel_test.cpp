@@ -12,15 +12,10 @@ namespace dptrain {
 namespace {
 
 using testing::run_command;
-using testing::TemporaryDirectory;
 
-class DataParallel : public ::testing::Test {
+class DataParallel : public testing::TinyRunTest {
  protected:
-  void SetUp() override { testing::write_text(dir_ / "corpus.txt", testing::small_corpus_text()); }
-  std::string dptrain(const std::string& flags) const {
-    return fmt::format("{}/dptrain --config {}/configs/tiny.toml --data {} --threads 1 --quiet {}",
-                       testing::binary_dir(), testing::source_dir(), dir_ / "corpus.txt", flags);
-  }
+  DataParallel() : TinyRunTest("dp", "--quiet ") {}
   // Per-step losses of a run of W ranks over a global batch of 16 windows for 30 steps. --check-every 1 makes
   // the ranks compare their weight hashes after every step (the job aborts on a mismatch).
   std::vector<double> losses(int ranks, const std::string& flags) {
@@ -34,7 +29,6 @@ class DataParallel : public ::testing::Test {
     EXPECT_EQ(values.size(), 30u) << r.output;
     return values;
   }
-  TemporaryDirectory dir_{"dp"};
   int counter_ = 0;
 };
 

@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <vector>
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 namespace dptrain::testing {
@@ -72,5 +74,22 @@ inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
     if (!line.empty()) records.push_back(nlohmann::json::parse(line));
   return records;
 }
+
+// A test that runs dptrain on the tiny config, one thread per rank, over small_corpus_text() in a temporary
+// directory of its own; `common_flags` go on every command line.
+class TinyRunTest : public ::testing::Test {
+ protected:
+  TinyRunTest(const std::string& name, std::string common_flags) : dir_(name), common_flags_(std::move(common_flags)) {
+    write_text(dir_ / "corpus.txt", small_corpus_text());
+  }
+  std::string dptrain(const std::string& flags) const {
+    return fmt::format("{}/dptrain --config {}/configs/tiny.toml --data {} --threads 1 {}{}", binary_dir(),
+                       source_dir(), dir_ / "corpus.txt", common_flags_, flags);
+  }
+  TemporaryDirectory dir_;
+
+ private:
+  std::string common_flags_;
+};
 
 }  // namespace dptrain::testing

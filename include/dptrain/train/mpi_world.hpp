@@ -24,8 +24,8 @@ class MpiWorld {
   void barrier() const;
   // Σ over ranks of one double, added in rank order (bitwise the same on every rank).
   double sum_in_rank_order(double x) const;
-  // One value from every rank, in rank order.
-  std::vector<std::uint64_t> all_gather(std::uint64_t x) const;
+  // The ranks whose value differs from rank 0's (empty when all agree).
+  std::vector<int> ranks_differing_from_first(std::uint64_t value) const;
 
   // Runs `setup` on every rank and agrees on the outcome. Returns 0 when all succeeded; otherwise the exit code
   // (2 for bad input) after printing the error line(s) as described above.

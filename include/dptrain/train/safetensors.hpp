@@ -35,7 +35,4 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
 // Throws UserError naming the file and what is wrong (truncated, bad header, offsets out of range).
 SafetensorsFile read_safetensors(const std::string& path);
 
-// Writes bytes to path atomically: a temporary file in the same directory, flushed to disk, then renamed.
-void write_file_atomically(const std::string& path, const std::string& bytes);
-
 }  // namespace dptrain

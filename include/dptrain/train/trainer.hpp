@@ -1,7 +1,9 @@
 // The training loop: set-up (validation, data, model, resume) and the steps with evaluation, logging,
 // cross-rank weight checks and checkpoints.
 #pragma once
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "dptrain/comm/collectives.hpp"
@@ -50,7 +52,13 @@ class Trainer {
   MetricsLog log_;
   LinkSource link_;
   double peak_flops_ = 0;  // per rank
-  std::vector<CommRecord> all_calls_;  // every collective of the timed steps, for the summary table
+  // Every collective of the timed steps summed per (operation, algorithm, size), for the summary table.
+  struct CollectiveTotals {
+    std::size_t calls = 0;
+    std::uint64_t bytes = 0, bytes_sent = 0;
+    double measured = 0, modelled = 0;  // seconds
+  };
+  std::map<std::tuple<CollectiveOp, Algorithm, std::size_t>, CollectiveTotals> collective_totals_;
   int threads_ = 1;
   std::size_t local_windows_ = 0;
   std::vector<std::int32_t> windows_;  // [local_windows, Q+1]

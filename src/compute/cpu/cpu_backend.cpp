@@ -19,6 +19,19 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;
 const float kGeluScale = std::sqrt(2.0f / std::numbers::pi_v<float>);
 
+// Where head bh = (window b, head h) lives: its q in qkv [B,T,3C] (k and v follow at +C and +2C, rows 3C
+// apart), its slice of the attention output [B,T,C] (rows C apart) and its probabilities [T,T].
+struct HeadLayout {
+  std::size_t T, C, NH, hs;
+  float scale;  // 1/sqrt(head size)
+  int ld_qkv;
+  HeadLayout(std::size_t T, std::size_t C, std::size_t NH)
+      : T(T), C(C), NH(NH), hs(C / NH), scale(1.0f / std::sqrt(float(C / NH))), ld_qkv(int(3 * C)) {}
+  std::size_t qkv(std::size_t bh) const { return (bh / NH) * T * 3 * C + (bh % NH) * hs; }
+  std::size_t out(std::size_t bh) const { return (bh / NH) * T * C + (bh % NH) * hs; }
+  std::size_t probs(std::size_t bh) const { return bh * T * T; }
+};
+
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
@@ -137,16 +150,16 @@ class CpuBackend final : public Backend {
 
   void attention_forward(float* out, float* probs, const float* qkv, std::size_t B, std::size_t T,
                          std::size_t C, std::size_t NH) override {
-    const std::size_t hs = C / NH;
-    const float scale = 1.0f / std::sqrt(float(hs));
-    const int ld = int(3 * C);
+    const HeadLayout head(T, C, NH);
+    const std::size_t hs = head.hs;
+    const float scale = head.scale;
+    const int ld = head.ld_qkv;
 #pragma omp parallel for schedule(static)
     for (std::size_t bh = 0; bh < B * NH; ++bh) {
-      const std::size_t b = bh / NH, h = bh % NH;
-      const float* q = qkv + b * T * 3 * C + h * hs;
+      const float* q = qkv + head.qkv(bh);
       const float* k = q + C;
       const float* v = q + 2 * C;
-      float* p = probs + bh * T * T;
+      float* p = probs + head.probs(bh);
       // Scores [T,T] = q·kᵀ·scale; the upper triangle is computed and then masked (one GEMM beats T dot
       // products even at twice the arithmetic).
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hs), scale, q, ld, k, ld, 0.0f, p,
@@ -165,27 +178,27 @@ class CpuBackend final : public Backend {
         for (std::size_t j = i + 1; j < T; ++j) row[j] = 0.0f;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hs), int(T), 1.0f, p, int(T), v, ld, 0.0f,
-                  out + b * T * C + h * hs, int(C));
+                  out + head.out(bh), int(C));
     }
   }
 
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, std::size_t B,
                           std::size_t T, std::size_t C, std::size_t NH) override {
-    const std::size_t hs = C / NH;
-    const float scale = 1.0f / std::sqrt(float(hs));
-    const int ld = int(3 * C);
+    const HeadLayout head(T, C, NH);
+    const std::size_t hs = head.hs;
+    const float scale = head.scale;
+    const int ld = head.ld_qkv;
     std::vector<float> scratch(std::size_t(omp_get_max_threads()) * T * T);  // dP then dS, per thread
 #pragma omp parallel for schedule(static)
     for (std::size_t bh = 0; bh < B * NH; ++bh) {
-      const std::size_t b = bh / NH, h = bh % NH;
-      const float* q = qkv + b * T * 3 * C + h * hs;
+      const float* q = qkv + head.qkv(bh);
       const float* k = q + C;
       const float* v = q + 2 * C;
-      float* dq = dqkv + b * T * 3 * C + h * hs;
+      float* dq = dqkv + head.qkv(bh);
       float* dk = dq + C;
       float* dv = dq + 2 * C;
-      const float* p = probs + bh * T * T;
-      const float* dO = dout + b * T * C + h * hs;
+      const float* p = probs + head.probs(bh);
+      const float* dO = dout + head.out(bh);
       float* ds = scratch.data() + std::size_t(omp_get_thread_num()) * T * T;
       // dP = dO·vᵀ; dv += pᵀ·dO
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hs), 1.0f, dO, int(C), v, ld, 0.0f,
