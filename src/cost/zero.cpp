@@ -14,7 +14,7 @@ void check_stage(int stage, int ranks) {
 
 }  // namespace
 
-ZeroMemory zero_memory_per_rank(int stage, double params, int ranks) {
+ZeroMemory zero_memory_per_rank(int stage, double params, int ranks, double gradient_bytes_per_param) {
   check_stage(stage, ranks);
   const double d = ranks;
   // Stage s shards the optimizer state from 1 on, the gradients from 2 on, the weights at 3.
@@ -22,16 +22,22 @@ ZeroMemory zero_memory_per_rank(int stage, double params, int ranks) {
     return stage >= sharded_from_stage ? per_param * params / d : per_param * params;
   };
   return ZeroMemory{.weights_bytes = bytes(kWeightBytesPerParam, 3),
-                    .gradients_bytes = bytes(kGradientBytesPerParam, 2),
+                    .gradients_bytes = bytes(gradient_bytes_per_param, 2),
                     .optimizer_bytes = bytes(kOptimizerBytesPerParam, 1)};
 }
 
-double zero_bytes_sent_per_step(int stage, double params, int ranks) {
+double zero_bytes_sent_per_step(int stage, double params, int ranks, double gradient_bytes_per_param) {
   check_stage(stage, ranks);
   // On a ring the bytes that cross the link at B are exactly the bytes a rank sends.
-  const double all_reduce =
-      collective_terms(Collective::ring_all_reduce, ranks, kGradientBytesPerParam * params).bandwidth_bytes;
-  return stage == 3 ? 1.5 * all_reduce : all_reduce;
+  auto sent = [&](Collective c, double bytes_per_param) {
+    return collective_terms(c, ranks, bytes_per_param * params).bandwidth_bytes;
+  };
+  if (stage == 0) return sent(Collective::ring_all_reduce, gradient_bytes_per_param);
+  // The gradient is reduce-scattered and the updated BF16 weights all-gathered: once after the update (stages 1
+  // and 2), or before the forward and again before the backward pass (stage 3).
+  const double gathers = stage == 3 ? 2 : 1;
+  return sent(Collective::ring_reduce_scatter, gradient_bytes_per_param) +
+         gathers * sent(Collective::ring_all_gather, kWeightBytesPerParam);
 }
 
 }  // namespace dptrain::cost

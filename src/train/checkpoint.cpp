@@ -40,49 +40,77 @@ const TensorRead& expect_tensor(const SafetensorsFile& file, const std::string& 
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options) {
-  const int step = engine.optimizer_step();
+std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options,
+                            const std::function<void()>& barrier) {
+  const int step = engine.optimizer_step(), rank = engine.rank(), ranks = engine.ranks();
+  const bool sharded = engine.settings().zero_stage > 0 && ranks > 1;
   const std::string name = fmt::format("step-{:06d}", step);
   const fs::path root(dir), final_dir = root / name, temporary = root / ("." + name + ".tmp");
+  const std::vector<bf16> weights = engine.full_weights();  // [N]
   std::error_code ec;
-  fs::create_directories(root, ec);
-  require(!ec, "cannot create checkpoint directory '{}': {}", dir, ec.message());
-  fs::remove_all(temporary, ec);
-  fs::create_directories(temporary, ec);
-  require(!ec, "cannot create '{}': {}", temporary.string(), ec.message());
+  if (rank == 0) {
+    fs::create_directories(root, ec);
+    require(!ec, "cannot create checkpoint directory '{}': {}", dir, ec.message());
+    fs::remove_all(temporary, ec);
+    fs::create_directories(temporary, ec);
+    require(!ec, "cannot create '{}': {}", temporary.string(), ec.message());
+  }
+  barrier();
 
-  const ParameterLayout& layout = engine.layout();
-  std::vector<TensorToWrite> weights;
-  for (const auto& e : layout.entries())
-    weights.push_back({e.name, "BF16", e.shape, engine.weights().data() + e.offset, e.numel * sizeof(bf16)});
-  write_safetensors((temporary / "model.safetensors").string(), weights, {{"format", "pt"}});
-
-  const std::size_t N = layout.total();
-  write_safetensors((temporary / "optimizer.safetensors").string(),
-                    {{"master", "F32", {N}, engine.master().data(), N * 4},
-                     {"adam_m", "F32", {N}, engine.adam_m().data(), N * 4},
-                     {"adam_v", "F32", {N}, engine.adam_v().data(), N * 4}},
-                    {{"begin", "0"}, {"end", std::to_string(N)}});
-
-  nlohmann::json meta = {
-      {"format", kFormat},
-      {"step", step},
-      {"model", model_json(layout.config())},
-      {"parameters", N},
-      {"training",
-       {{"steps", options.steps}, {"batch", options.batch}, {"lr", options.lr}, {"min_lr", options.min_lr},
-        {"warmup", options.warmup}, {"weight_decay", options.weight_decay}, {"grad_clip", options.grad_clip},
-        {"grad_dtype", std::string(dtype_name(options.grad_dtype))}, {"allreduce", options.allreduce}}},
-      // Batches are a pure function of (seed, step): the data position and the RNG state are both this pair.
-      {"data", {{"path", options.data}, {"next_step", step}}},
-      {"rng", {{"seed", options.seed}, {"step", step}}},
-  };
-  write_file_atomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
-
-  fs::remove_all(final_dir, ec);
-  fs::rename(temporary, final_dir, ec);
-  require(!ec, "cannot move checkpoint into place at '{}': {}", final_dir.string(), ec.message());
-  write_file_atomically((root / "latest").string(), name + "\n");
+  std::vector<std::string> shards;
+  for (int r = 0; r < (sharded ? ranks : 1); ++r)
+    shards.push_back(sharded ? fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", r, ranks)
+                             : std::string("optimizer.safetensors"));
+  if (sharded || rank == 0) {
+    // The owned elements without the padding, piece after piece.
+    std::vector<float> master, m, v;
+    nlohmann::json ranges = nlohmann::json::array();
+    for (const OptimizerPiece& piece : engine.optimizer_pieces()) {
+      if (piece.flat.size() == 0) continue;
+      ranges.push_back({piece.flat.begin, piece.flat.end});
+      for (auto [to, from] : {std::pair{&master, &engine.master()}, {&m, &engine.adam_m()}, {&v, &engine.adam_v()}})
+        to->insert(to->end(), from->begin() + std::ptrdiff_t(piece.at),
+                   from->begin() + std::ptrdiff_t(piece.at + piece.flat.size()));
+    }
+    const std::size_t n = master.size();
+    write_safetensors((temporary / shards[sharded ? rank : 0]).string(),
+                      {{"master", "F32", {n}, master.data(), n * 4},
+                       {"adam_m", "F32", {n}, m.data(), n * 4},
+                       {"adam_v", "F32", {n}, v.data(), n * 4}},
+                      {{"ranges", ranges.dump()}});
+  }
+  if (rank == 0) {
+    const ParameterLayout& layout = engine.layout();
+    std::vector<TensorToWrite> tensors;
+    for (const auto& e : layout.entries())
+      tensors.push_back({e.name, "BF16", e.shape, weights.data() + e.offset, e.numel * sizeof(bf16)});
+    write_safetensors((temporary / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    nlohmann::json meta = {
+        {"format", kFormat},
+        {"step", step},
+        {"model", model_json(layout.config())},
+        {"parameters", layout.total()},
+        {"training",
+         {{"steps", options.steps}, {"batch", options.batch}, {"lr", options.lr}, {"min_lr", options.min_lr},
+          {"warmup", options.warmup}, {"weight_decay", options.weight_decay}, {"grad_clip", options.grad_clip},
+          {"grad_dtype", std::string(dtype_name(options.grad_dtype))}, {"allreduce", options.allreduce},
+          {"grad_accum", options.grad_accum}}},
+        {"parallel", {{"ranks", ranks}, {"zero", engine.settings().zero_stage}}},
+        {"optimizer_shards", shards},
+        // Batches are a pure function of (seed, step): the data position and the RNG state are both this pair.
+        {"data", {{"path", options.data}, {"next_step", step}}},
+        {"rng", {{"seed", options.seed}, {"step", step}}},
+    };
+    write_file_atomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
+  }
+  barrier();
+  if (rank == 0) {
+    fs::remove_all(final_dir, ec);
+    fs::rename(temporary, final_dir, ec);
+    require(!ec, "cannot move checkpoint into place at '{}': {}", final_dir.string(), ec.message());
+    write_file_atomically((root / "latest").string(), name + "\n");
+  }
+  barrier();
   return final_dir.string();
 }
 
@@ -111,21 +139,60 @@ nlohmann::json load_checkpoint(const std::string& dir, DataParallelEngine& engin
 
   const ParameterLayout& layout = engine.layout();
   const std::string model_path = (step_dir / "model.safetensors").string();
-  const SafetensorsFile weights = read_safetensors(model_path);
+  const SafetensorsFile model_file = read_safetensors(model_path);
+  std::vector<bf16> weights(layout.total());  // [N]
   for (const auto& e : layout.entries()) {
-    const TensorRead& t = expect_tensor<bf16>(weights, model_path, e.name, "BF16", e.numel);
+    const TensorRead& t = expect_tensor<bf16>(model_file, model_path, e.name, "BF16", e.numel);
     require(t.shape == e.shape, "checkpoint file '{}': tensor '{}' has another shape", model_path, e.name);
-    std::memcpy(engine.weights().data() + e.offset, t.data.data(), t.data.size());
+    std::memcpy(weights.data() + e.offset, t.data.data(), t.data.size());
   }
-  const std::string optimizer_path = (step_dir / "optimizer.safetensors").string();
-  const SafetensorsFile optimizer = read_safetensors(optimizer_path);
-  const std::size_t N = layout.total();
-  std::memcpy(engine.master().data(), expect_tensor<float>(optimizer, optimizer_path, "master", "F32", N).data.data(),
-              N * 4);
-  std::memcpy(engine.adam_m().data(), expect_tensor<float>(optimizer, optimizer_path, "adam_m", "F32", N).data.data(),
-              N * 4);
-  std::memcpy(engine.adam_v().data(), expect_tensor<float>(optimizer, optimizer_path, "adam_v", "F32", N).data.data(),
-              N * 4);
+  engine.set_full_weights(weights.data());
+
+  // Each shard names its ranges; this rank copies the parts that fall into its own pieces.
+  std::size_t wanted = 0, found = 0;
+  for (const OptimizerPiece& piece : engine.optimizer_pieces()) wanted += piece.flat.size();
+  const nlohmann::json shards = meta.value("optimizer_shards", nlohmann::json::array({"optimizer.safetensors"}));
+  for (const auto& shard : shards) {
+    const std::string path = (step_dir / shard.get<std::string>()).string();
+    const SafetensorsFile file = read_safetensors(path);
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    try {
+      if (file.metadata.count("ranges")) {
+        ranges = nlohmann::json::parse(file.metadata.at("ranges")).get<decltype(ranges)>();
+      } else {
+        ranges = {{std::stoull(file.metadata.at("begin")), std::stoull(file.metadata.at("end"))}};
+      }
+    } catch (const std::exception& e) {
+      fail("checkpoint file '{}' has no valid ranges in its metadata: {}", path, e.what());
+    }
+    std::size_t held = 0;
+    for (const auto& [b, e] : ranges) {
+      require(b <= e && e <= layout.total(), "checkpoint file '{}': range [{}, {}) is outside the {} parameters",
+              path, b, e, layout.total());
+      held += e - b;
+    }
+    const float* master = reinterpret_cast<const float*>(
+        expect_tensor<float>(file, path, "master", "F32", held).data.data());
+    const float* m = reinterpret_cast<const float*>(expect_tensor<float>(file, path, "adam_m", "F32", held).data.data());
+    const float* v = reinterpret_cast<const float*>(expect_tensor<float>(file, path, "adam_v", "F32", held).data.data());
+    std::size_t at = 0;  // where range [b, e) starts in the file's tensors
+    for (const auto& [b, e] : ranges) {
+      for (const OptimizerPiece& piece : engine.optimizer_pieces()) {
+        const std::size_t lo = std::max(b, piece.flat.begin), hi = std::min(e, piece.flat.end);
+        if (lo >= hi) continue;
+        const std::size_t from = at + (lo - b), to = piece.at + (lo - piece.flat.begin);
+        std::copy_n(master + from, hi - lo, engine.master().data() + to);
+        std::copy_n(m + from, hi - lo, engine.adam_m().data() + to);
+        std::copy_n(v + from, hi - lo, engine.adam_v().data() + to);
+        found += hi - lo;
+      }
+      at += e - b;
+    }
+  }
+  require(found == wanted,
+          "checkpoint '{}': its optimizer shards hold {} of the {} elements this rank needs (a shard is missing or "
+          "overlaps another)",
+          step_dir.string(), found, wanted);
   engine.restored(step);
   return meta;
 }

@@ -34,6 +34,28 @@ double MpiWorld::sum_in_rank_order(double x) const {
   return total;
 }
 
+std::vector<double> MpiWorld::max_over_ranks(std::vector<double> values) const {
+  MPI_Allreduce(MPI_IN_PLACE, values.data(), int(values.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return values;
+}
+
+std::vector<std::string> MpiWorld::gather_to_first(const std::string& text) const {
+  const long long length = static_cast<long long>(text.size());
+  std::vector<long long> lengths(rank_ == 0 ? size_ : 0);
+  MPI_Gather(&length, 1, MPI_LONG_LONG, lengths.data(), 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  std::vector<std::string> texts(rank_ == 0 ? size_ : 0);
+  if (rank_ == 0) {
+    texts[0] = text;
+    for (int r = 1; r < size_; ++r) {
+      texts[r].resize(std::size_t(lengths[r]));
+      MPI_Recv(texts[r].data(), int(lengths[r]), MPI_CHAR, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+  } else {
+    MPI_Send(text.data(), int(text.size()), MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+  }
+  return texts;
+}
+
 std::vector<int> MpiWorld::ranks_differing_from_first(std::uint64_t value) const {
   std::vector<std::uint64_t> all(size_);
   MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);

@@ -50,6 +50,14 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   app.add_option("--grad-dtype", grad_dtype, "Gradient and wire type: bf16 or fp32")->capture_default_str();
   app.add_option("--check-every", o.check_every, "Compare a hash of the weights across ranks every N steps")
       ->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage: 0 (replicated), 1 (optimizer sharded), 2 (+ gradients), 3 (+ weights)")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", o.bucket_mb,
+                 "Gradient unit (bucket) size in MiB: consecutive blocks share a collective up to this; 0: one per block")
+      ->capture_default_str();
+  app.add_flag("--no-overlap", o.no_overlap, "Issue the gradient collectives after backward ends (for comparison)");
+  app.add_option("--grad-accum", o.grad_accum, "Micro-steps per step (gradient accumulation); the batch stays --batch")
+      ->capture_default_str();
   app.add_option("--link", o.link,
                  "α–β link of the model: nvlink-h100, ib-400g, wan-100g, a link.json, or alpha=5us,bw=450GB/s "
                  "(default: calibrated at start-up)");
@@ -59,6 +67,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
       ->capture_default_str();
 
   app.add_option("--log", o.log, "Write one JSON object per step (and a summary) to this JSONL file");
+  app.add_option("--trace", o.trace, "Write Chrome trace events of every rank to this JSON file (Perfetto)");
   app.add_option("--save", o.save, "Checkpoint directory (written at the end and every --save-every steps)");
   app.add_option("--save-every", o.save_every, "Checkpoint every N steps (0: only at the end)")
       ->capture_default_str();
@@ -101,6 +110,13 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.peak_tflops >= 0, "--peak-tflops must be non-negative, got {}", o.peak_tflops);
   require(o.threads >= 0, "--threads must be non-negative, got {}", o.threads);
   require(o.save_every == 0 || !o.save.empty(), "--save-every {} needs --save DIR", o.save_every);
+  require(o.zero >= 0 && o.zero <= 3, "--zero: stage {} does not exist (expected 0, 1, 2 or 3)", o.zero);
+  require(o.bucket_mb >= 0 && o.bucket_mb <= 1e6, "--bucket-mb must be in [0, 1e6], got {}", o.bucket_mb);
+  require(o.grad_accum >= 1, "--grad-accum must be at least 1, got {}", o.grad_accum);
+  require(o.batch % (world_size * o.grad_accum) == 0,
+          "--batch {} is not divisible by ranks × --grad-accum = {} × {}: every micro-step needs the same number of "
+          "windows",
+          o.batch, world_size, o.grad_accum);
   require(o.allreduce == "ring" || o.allreduce == "tree" || o.allreduce == "native",
           "--allreduce: unknown algorithm '{}' (expected ring, tree or native)", o.allreduce);
 }

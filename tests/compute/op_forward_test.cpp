@@ -85,7 +85,7 @@ TEST_F(OpForward, MatmulMatchesDoubleReference) {
   const auto in = uniform(rng, N * C, -1, 1), w = uniform(rng, OC * C, -1, 1), bias = uniform(rng, OC, -1, 1);
   for (bool with_bias : {true, false}) {
     std::vector<float> out(N * OC, 123.0f);  // stale contents that must be overwritten
-    be->matmul_forward(out.data(), in.data(), w.data(), with_bias ? bias.data() : nullptr, N, C, OC);
+    be->matmul_forward(out.data(), in.data(), w.data(), with_bias ? bias.data() : nullptr, N, 3, C, OC);
     for (std::size_t i = 0; i < N; ++i)
       for (std::size_t o = 0; o < OC; ++o) {
         double ref = with_bias ? bias[o] : 0.0, mag = std::abs(ref);

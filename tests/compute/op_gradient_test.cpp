@@ -99,15 +99,16 @@ void check_matmul(Backend& be, std::mt19937& rng, bool with_bias) {
   auto loss = [&] {
     // The output's old contents must not matter (beta = 0 without bias): start from NaN.
     std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
-    be.matmul_forward(out.data(), in.data(), w.data(), with_bias ? bias.data() : nullptr, N, C, OC);
+    be.matmul_forward(out.data(), in.data(), w.data(), with_bias ? bias.data() : nullptr, N, 3, C, OC);
     return weighted_sum(out.data(), r);
   };
   EXPECT_TRUE(std::isfinite(loss()));
   const auto din0 = uniform(rng, N * C, -1, 1), dw0 = uniform(rng, OC * C, -1, 1), db0 = uniform(rng, OC, -1, 1);
   auto din = din0, dw = dw0, db = db0;
-  be.matmul_backward(din.data(), dw.data(), with_bias ? db.data() : nullptr, r.data(), in.data(), w.data(), N, C,
+  be.matmul_backward(din.data(), dw.data(), with_bias ? db.data() : nullptr, r.data(), in.data(), w.data(), N, 3, C,
                      OC);
-  // L is linear in each element (no truncation at all); an input element feeds OC = 7 outputs, a weight N = 6.
+  // Two windows of T = 3 rows. L is linear in each element (no truncation at all); an input element feeds OC = 7
+  // outputs, a weight N = 6.
   check_gradient("din", in.data(), added(din, din0).data(), in.size(), loss, kStep, kTolerance);
   check_gradient("dw", w.data(), added(dw, dw0).data(), w.size(), loss, kStep, kTolerance);
   if (with_bias) {

@@ -24,7 +24,7 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
 TEST(Engine, TinyModelOverfitsOneBatch) {
   ModelConfig config{.vocab = 16, .seq = 8, .layers = 2, .width = 32, .heads = 2};
   auto backend = make_cpu_backend();
-  DataParallelEngine engine(config, *backend, RankGroup{}, DType::f32, 4);
+  DataParallelEngine engine(config, *backend, RankGroup{}, EngineSettings{.grad_dtype = DType::f32}, 4);
   engine.initialise(7);
   std::vector<std::int32_t> windows(4 * 9);
   for (std::size_t i = 0; i < windows.size(); ++i) windows[i] = std::int32_t((i * 5 + i / 9) % 16);

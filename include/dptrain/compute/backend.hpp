@@ -40,11 +40,15 @@ class Backend {
 
   // out[N,OC] = in[N,C] · w[OC,C]ᵀ + bias[OC] (bias may be null).
   virtual void matmul_forward(float* out, const float* in, const float* w, const float* bias, std::size_t N,
-                              std::size_t C, std::size_t OC) = 0;
+                              std::size_t T, std::size_t C, std::size_t OC) = 0;
   // din[N,C] += dout·w; dw[OC,C] += doutᵀ·in; dbias[OC] += Σ_rows dout (dbias may be null).
+  //
+  // Both work window by window (T rows at a time, N a multiple of T), and the parameter gradients are summed into
+  // dw and dbias in window order: a window's rows get the same bits whatever else is in the batch (a GEMM library
+  // may pick another kernel for another row count), so a batch split into micro-batches gets bitwise the same
+  // gradient as the batch in one piece.
   virtual void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in,
-                               const float* w, std::size_t N, std::size_t C, std::size_t OC) = 0;
-
+                               const float* w, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) = 0;
   // Causal multi-head attention. qkv[B,T,3C] (q | k | v, heads of C/NH contiguous in each), probs[B,NH,T,T],
   // out[B,T,C].
   virtual void attention_forward(float* out, float* probs, const float* qkv, std::size_t B, std::size_t T,

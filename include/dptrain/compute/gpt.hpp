@@ -15,16 +15,25 @@ namespace dptrain {
 // completes them: final norm, block L−1 … block 0, embeddings (the tied wte gets its last term there).
 using GradientReady = std::function<void(FlatRange)>;
 
+// Called just before a pass reads the weights of a range: forward asks for the embeddings, blocks 0 … L−1, the
+// final norm and the embeddings again (the tied head); backward for the embeddings (head), the final norm and
+// blocks L−1 … 0. The embedding lookup's backward reads no weights. ZeRO-3 gathers the weights here.
+using WeightsNeeded = std::function<void(FlatRange)>;
+
 class Gpt {
  public:
   Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_windows);
 
   // windows [n, Q+1] tokens: inputs are [:, :Q], targets [:, 1:]. Returns Σ of the n·Q position losses.
-  double forward(const float* weights, const std::int32_t* windows, std::size_t n);
+  double forward(const float* weights, const std::int32_t* windows, std::size_t n, const WeightsNeeded& needed = {});
 
   // Adds dloss·∂(Σ losses)/∂weights into grads [N] for the windows of the last forward(). Once per forward():
   // the saved probabilities become the logits' gradient in place.
-  void backward(const float* weights, float* grads, float dloss, const GradientReady& ready = {});
+  void backward(const float* weights, float* grads, float dloss, const GradientReady& ready = {},
+                const WeightsNeeded& needed = {});
+
+  // Bytes of the activations and backward scratch this model holds (for the memory summary).
+  std::size_t activation_bytes() const;
 
   std::size_t max_windows() const { return max_windows_; }
 

@@ -18,11 +18,15 @@ struct ZeroMemory {
 };
 
 // Throws UserError for a stage outside 0–3 or fewer than one rank.
-ZeroMemory zero_memory_per_rank(int stage, double params, int ranks);
+// gradient_bytes_per_param: 2 for a BF16 gradient, 4 for fp32 (--grad-dtype fp32).
+ZeroMemory zero_memory_per_rank(int stage, double params, int ranks,
+                                double gradient_bytes_per_param = kGradientBytesPerParam);
 
 // Bytes each rank sends in one step with ring collectives: stages 0–2 send one all-reduce of the BF16 gradient
 // (reduce-scatter + all-gather is an all-reduce cut in two); stage 3 sends 1.5 times that (the weights are
-// all-gathered again in the backward pass).
-double zero_bytes_sent_per_step(int stage, double params, int ranks);
+// all-gathered again in the backward pass). With an fp32 gradient (4 bytes per parameter) stages 1–3 send the
+// reduce-scatter of the fp32 gradient plus the all-gathers of the BF16 weights.
+double zero_bytes_sent_per_step(int stage, double params, int ranks,
+                                double gradient_bytes_per_param = kGradientBytesPerParam);
 
 }  // namespace dptrain::cost

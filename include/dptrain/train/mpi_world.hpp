@@ -24,6 +24,10 @@ class MpiWorld {
   void barrier() const;
   // Σ over ranks of one double, added in rank order (bitwise the same on every rank).
   double sum_in_rank_order(double x) const;
+  // Element-wise maximum over ranks.
+  std::vector<double> max_over_ranks(std::vector<double> values) const;
+  // Rank 0 receives every rank's text in rank order; the other ranks get an empty vector.
+  std::vector<std::string> gather_to_first(const std::string& text) const;
   // The ranks whose value differs from rank 0's (empty when all agree).
   std::vector<int> ranks_differing_from_first(std::uint64_t value) const;
 

@@ -33,6 +33,10 @@ struct TrainOptions {
   std::string allreduce = "ring";
   DType grad_dtype = DType::bf16;
   int check_every = 100;      // weight-hash comparison across ranks
+  int zero = 0;               // ZeRO stage 0–3
+  double bucket_mb = 25;      // gradient unit size in MiB; 0: one unit per block
+  bool no_overlap = false;    // issue the gradient collectives after backward instead of during it
+  int grad_accum = 1;         // micro-steps per step
 
   std::string link;           // α–β link: preset, link.json, or alpha=..,bw=..; empty: calibrate at start-up
   double peak_tflops = 0;     // per-rank peak for MFU; 0: measured by an sgemm probe
@@ -40,6 +44,7 @@ struct TrainOptions {
   int threads = 0;            // OpenMP threads per rank; 0: cores / ranks on this node
 
   std::string log;            // JSONL metrics
+  std::string trace;          // Chrome trace events of every rank
   std::string save;           // checkpoint directory
   int save_every = 0;         // 0: only at the end
   std::string resume;         // checkpoint directory to continue from

@@ -41,6 +41,12 @@ class Trainer {
   void fill_local_windows(int step);
   void say(const std::string& line) const;  // rank 0 prints
   nlohmann::json collectives_table();       // measured against modelled per collective and size; prints it
+  // The step's collectives from the log: measured and modelled time, bytes, and the modelled exposed part.
+  struct StepComm {
+    double seconds = 0, model_seconds = 0, exposed_model_seconds = 0;
+    std::uint64_t bytes_sent = 0;
+  };
+  StepComm account(const StepResult& result);
 
   TrainOptions options_;
   const MpiWorld& world_;

@@ -121,23 +121,28 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void matmul_forward(float* out, const float* in, const float* w, const float* bias, std::size_t N,
+  void matmul_forward(float* out, const float* in, const float* w, const float* bias, std::size_t N, std::size_t T,
                       std::size_t C, std::size_t OC) override {
+    DP_ASSERT(T > 0 && N % T == 0);
     if (bias) {
 #pragma omp parallel for schedule(static)
       for (std::size_t i = 0; i < N; ++i) std::memcpy(out + i * OC, bias, OC * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), int(OC), int(C), 1.0f, in, int(C), w, int(C),
-                bias ? 1.0f : 0.0f, out, int(OC));
+    for (std::size_t row = 0; row < N; row += T)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(OC), int(C), 1.0f, in + row * C, int(C), w,
+                  int(C), bias ? 1.0f : 0.0f, out + row * OC, int(OC));
   }
 
   void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in, const float* w,
-                       std::size_t N, std::size_t C, std::size_t OC) override {
-    if (din)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(C), int(OC), 1.0f, dout, int(OC), w,
-                  int(C), 1.0f, din, int(C));
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(C), int(N), 1.0f, dout, int(OC), in, int(C),
-                1.0f, dw, int(C));
+                       std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
+    DP_ASSERT(T > 0 && N % T == 0);
+    for (std::size_t row = 0; row < N; row += T) {
+      if (din)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(C), int(OC), 1.0f, dout + row * OC,
+                    int(OC), w, int(C), 1.0f, din + row * C, int(C));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(C), int(T), 1.0f, dout + row * OC, int(OC),
+                  in + row * C, int(C), 1.0f, dw, int(C));
+    }
     if (dbias) {
 #pragma omp parallel for schedule(static)
       for (std::size_t o0 = 0; o0 < OC; o0 += 16) {

@@ -1,0 +1,47 @@
+// The comm executor: a dedicated thread that runs communication tasks one at a time, in the order they were
+// submitted, while the compute thread goes on. During a step it is the only thread that calls MPI, so every rank
+// issues the same sequence of collectives whatever the timing. (The CUDA backend's counterpart is a stream with
+// events: submit = enqueue on the comm stream, wait = wait on the task's event.)
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace dptrain {
+
+class CommExecutor {
+ public:
+  using Ticket = std::uint64_t;  // tasks are numbered 1, 2, 3, ... in submission order
+
+  CommExecutor();
+  ~CommExecutor();  // finishes the queued tasks, then joins
+  CommExecutor(const CommExecutor&) = delete;
+  CommExecutor& operator=(const CommExecutor&) = delete;
+
+  // Queues a task behind every task submitted before it.
+  Ticket submit(std::function<void()> task);
+  // Blocks until task `ticket` (and so every earlier one) has finished. A task's exception is rethrown here (to
+  // the first waiter after it was thrown); later tasks are dropped, since the ranks no longer agree.
+  void wait(Ticket ticket);
+  void wait_all() { wait(submitted_); }
+  // Runs a task on the executor and waits for it: MPI calls between collectives keep their place in the order.
+  void run(std::function<void()> task) { wait(submit(std::move(task))); }
+
+ private:
+  void loop();
+
+  std::mutex mutex_;
+  std::condition_variable queued_, finished_;
+  std::deque<std::function<void()>> tasks_;
+  Ticket submitted_ = 0, completed_ = 0;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace dptrain

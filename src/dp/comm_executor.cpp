@@ -1,0 +1,60 @@
+// The comm executor's thread and queue.
+#include "dptrain/dp/comm_executor.hpp"
+
+#include <omp.h>
+
+namespace dptrain {
+
+CommExecutor::CommExecutor() : thread_([this] { loop(); }) {}
+
+CommExecutor::~CommExecutor() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  queued_.notify_all();
+  thread_.join();
+}
+
+CommExecutor::Ticket CommExecutor::submit(std::function<void()> task) {
+  std::lock_guard lock(mutex_);
+  tasks_.push_back(std::move(task));
+  queued_.notify_one();
+  return ++submitted_;
+}
+
+void CommExecutor::wait(Ticket ticket) {
+  std::unique_lock lock(mutex_);
+  finished_.wait(lock, [&] { return completed_ >= ticket || error_; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void CommExecutor::loop() {
+  // The reductions inside a collective run on this thread alone: the compute thread's OpenMP team already
+  // occupies the cores.
+  omp_set_num_threads(1);
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    queued_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;
+    std::function<void()> task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      task();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    ++completed_;
+    if (error) {
+      error_ = error;
+      completed_ += tasks_.size();
+      tasks_.clear();
+    }
+    finished_.notify_all();
+  }
+}
+
+}  // namespace dptrain
