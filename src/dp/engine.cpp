@@ -171,9 +171,11 @@ void DataParallelEngine::launch_gradient(std::size_t u) {
   gradient_tickets_[u] = executor_.submit([this, u, wire, stage, dtype] {
     collective(stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter, u, wire, dtype);
     if (stage >= 2) {
+      // Keep the own slice; the staging buffer goes back to the pool at once, for the next unit.
       const Unit& unit = plan_.units()[u];
       std::memcpy(gradient_slice(u), wire + std::size_t(group_.rank) * unit.slice * wire_bytes(),
                   unit.slice * wire_bytes());
+      staging_.release(std::move(gradient_staging_[u]));
     }
   });
 }
@@ -202,11 +204,21 @@ const bf16* DataParallelEngine::gathered(std::size_t u) {
 
 void DataParallelEngine::release_gathered(std::size_t u) { staging_.release(std::move(weight_staging_[u])); }
 
+void DataParallelEngine::take_gathered_weights(std::size_t u) {
+  const FlatRange r = plan_.units()[u].range;
+  std::copy_n(gathered(u), r.size(), weights_.data() + r.begin);
+  release_gathered(u);
+}
+
 void DataParallelEngine::gather_all_units(const std::function<void(std::size_t, const bf16*)>& use) {
-  for (std::size_t u = 0; u < plan_.units().size(); ++u) launch_weight_gather_from_shard(u);
-  for (std::size_t u = 0; u < plan_.units().size(); ++u) {
-    use(u, gathered(u));
-    release_gathered(u);
+  // Two units in flight: the next one is gathered while the current one is used.
+  const std::size_t units = plan_.units().size();
+  for (std::size_t u = 0; u <= units; ++u) {
+    if (u < units) launch_weight_gather_from_shard(u);
+    if (u > 0) {
+      use(u - 1, gathered(u - 1));
+      release_gathered(u - 1);
+    }
   }
 }
 
@@ -304,8 +316,6 @@ StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t glo
                result, local_loss);
   for (std::size_t u : std::exchange(deferred_, {})) launch_gradient(u);
   wait_for_comm(gradient_tickets_[units - 1], "gradient");
-  for (BufferPool::Buffer& b : gradient_staging_)
-    if (b) staging_.release(std::move(b));
 
   double loss_total = 0;
   executor_.run([&] { loss_total = group_.sum_scalar(local_loss); });
@@ -347,17 +357,14 @@ void DataParallelEngine::update(const OptimizerSettings& optimizer, float grad_s
                      weights_.data() + weights_at + i, gradient_.data() + (gradient_at + i) * elem,
                      settings_.grad_dtype, end - begin, p);
     }
-    // Stages 1, 2: the updated slice goes out while the next unit is updated.
-    if (stage == 1 || stage == 2) launch_weight_gather(u, weights_.data() + piece.flat.begin, piece.flat.size());
-  }
-  timeline_.add({TimelineEvent::Track::compute, "optimizer", start, timeline_.now(), step_number_});
-  if (stage == 1 || stage == 2) {
-    for (std::size_t u = 0; u < plan_.units().size(); ++u) {
-      const FlatRange r = plan_.units()[u].range;
-      std::copy_n(gathered(u), r.size(), weights_.data() + r.begin);
-      release_gathered(u);
+    // Stages 1, 2: the updated slice goes out while the next unit is updated (two units in flight at most).
+    if (stage == 1 || stage == 2) {
+      launch_weight_gather(u, weights_.data() + piece.flat.begin, piece.flat.size());
+      if (u > 0) take_gathered_weights(u - 1);
     }
   }
+  if (stage == 1 || stage == 2) take_gathered_weights(plan_.units().size() - 1);
+  timeline_.add({TimelineEvent::Track::compute, "optimizer", start, timeline_.now(), step_number_});
   refresh_compute_weights();
   result.optimizer_s = timeline_.now() - start;
 }

@@ -144,6 +144,7 @@ class DataParallelEngine {
   void launch_weight_gather_from_shard(std::size_t unit);  // stage 3
   const bf16* gathered(std::size_t unit);                 // waits; the padded unit [padded]
   void release_gathered(std::size_t unit);
+  void take_gathered_weights(std::size_t unit);  // stages 1, 2: the gathered unit into the weights, released
   void gather_all_units(const std::function<void(std::size_t, const bf16*)>& use);  // stage 3
   // Stage 3: makes sure a range's unit is in the working copy for the current pass, prefetching the next.
   void weights_needed(FlatRange range, const std::vector<std::size_t>& pass_order);

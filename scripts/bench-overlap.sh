@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Overlap of gradient communication with the backward pass: step time and exposed communication with and without
+# overlap, at several rank counts, for the small config and for a wide, shallow-batch config where communication
+# weighs more. Prints medians over the steps after the first two, measured next to the α–β model (calibrated once
+# per rank count with dpbench --fit).
+#
+#   scripts/bench-overlap.sh                  # np 2 and 4, 8 steps per run
+#   NPS="2" STEPS=12 scripts/bench-overlap.sh
+#
+# Columns: comm = wall time of the step's collectives on the comm thread; exposed = time the compute thread waited
+# for them; hidden = 1 − exposed/comm; "model" = the same from the α–β times of the step's real units, released at
+# the measured per-unit backward times (cost::simulate_overlap).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+NPS=${NPS:-"2 4"}
+STEPS=${STEPS:-8}
+dptrain_build --target dptrain dpbench
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# name | flags
+CONFIGS=(
+  "small|--config $DPTRAIN_ROOT/configs/small.toml"
+  "small/block|--config $DPTRAIN_ROOT/configs/small.toml --bucket-mb 0"
+  "wide|--config $DPTRAIN_ROOT/configs/small.toml --layers 4 --width 1024 --heads 16 --seq 16 --batch 4"
+)
+
+echo "# $(date -u +%FT%TZ)  $(nproc) cores  load $(cut -d' ' -f1-3 /proc/loadavg)  $STEPS steps per run"
+printf '%-12s %3s %8s %9s %9s %9s %7s | %9s %9s %7s %10s\n' config np overlap "step ms" "comm ms" "exposed" hidden \
+  "comm mod" "exp mod" "hid mod" "step mod"
+for np in $NPS; do
+  mpirun -np "$np" --oversubscribe "$DPTRAIN_BUILD/dpbench" --op allreduce --algo ring -b 64K -e 64M -f 4 \
+    --fit "$work/link-$np.json" > "$work/fit-$np.txt"
+  for entry in "${CONFIGS[@]}"; do
+    name=${entry%%|*}
+    flags=${entry#*|}
+    for overlap in on off; do
+      extra=""
+      [[ $overlap == off ]] && extra="--no-overlap"
+      log="$work/${name//\//-}-$np-$overlap.jsonl"
+      # shellcheck disable=SC2086
+      mpirun -np "$np" --oversubscribe "$DPTRAIN_BUILD/dptrain" $flags $extra --steps "$STEPS" --eval-every 0 \
+        --check-every 0 --quiet --link "$work/link-$np.json" --log "$log" > "$log.out"
+      /usr/bin/python3 - "$log" "$name" "$np" "$overlap" <<'PY'
+import json, statistics, sys
+path, name, np, overlap = sys.argv[1:]
+rows = [json.loads(l) for l in open(path)]
+steps = [r for r in rows if "event" not in r][2:]
+med = lambda k: statistics.median(r[k] for r in steps)
+comm, exposed = med("comm_ms"), med("exposed_comm_ms")
+comm_m, exposed_m = med("comm_model_ms"), med("exposed_comm_model_ms")
+hidden = lambda e, c: 100 * (1 - e / c) if c > 0 else 0
+print(f"{name:<12} {np:>3} {overlap:>8} {med('step_ms'):9.1f} {comm:9.1f} {exposed:9.1f} {hidden(exposed, comm):6.0f}% |"
+      f" {comm_m:9.1f} {exposed_m:9.1f} {hidden(exposed_m, comm_m):6.0f}% {med('step_overlap_model_ms'):10.1f}")
+PY
+    done
+  done
+done
