@@ -26,6 +26,7 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
   }
   lnf_.resize(N * C), lnf_mean_.resize(N), lnf_rstd_.resize(N);
   logits_.resize(N * c.vocab), losses_.resize(N);
+  head_grad_.assign(std::size_t(c.vocab) * C, 0.0f);
   d_stream_.resize(N * C), d_ln_.resize(N * C), d_qkv_.resize(N * 3 * C), d_atty_.resize(N * C);
   d_fch_.resize(N * 4 * C), d_fch_gelu_.resize(N * 4 * C);
 }
@@ -71,7 +72,8 @@ double Gpt::forward(const float* W, const std::int32_t* windows, std::size_t n, 
   return be.softmax_cross_entropy_forward(logits_.data(), losses_.data(), targets_.data(), N, V);
 }
 
-void Gpt::backward(const float* W, float* G, float dloss, const GradientReady& ready, const WeightsNeeded& needed) {
+void Gpt::backward(const float* W, float* G, float dloss, const GradientReady& ready, const WeightsNeeded& needed,
+                   bool completes_gradient) {
   const ModelConfig& c = layout_.config();
   const std::size_t T = c.seq, C = c.width, V = c.vocab, NH = c.heads, N = n_ * T;
   Backend& be = backend_;
@@ -87,7 +89,9 @@ void Gpt::backward(const float* W, float* G, float dloss, const GradientReady& r
   be.softmax_cross_entropy_backward(logits_.data(), targets_.data(), dloss, N, V);
   zero(d_ln_, N * C);
   need(layout_.embeddings());
-  be.matmul_backward(d_ln_.data(), G + layout_.wte(), nullptr, logits_.data(), lnf_.data(), W + layout_.wte(), N,
+  // The tied wte gets two terms, the head's now and the embedding lookup's last. The head's is summed apart and
+  // added once the gradient is complete, so each term is a sum in window order however the batch is split.
+  be.matmul_backward(d_ln_.data(), head_grad_.data(), nullptr, logits_.data(), lnf_.data(), W + layout_.wte(), N,
                      T, C, V);
   zero(d_stream_, N * C);
   need(layout_.final_norm());
@@ -128,11 +132,15 @@ void Gpt::backward(const float* W, float* G, float dloss, const GradientReady& r
   }
 
   be.embedding_backward(G + layout_.wte(), G + layout_.wpe(), d_stream_.data(), inputs_.data(), N, T, C);
+  if (completes_gradient) {
+    be.accumulate(G + layout_.wte(), head_grad_.data(), head_grad_.size());
+    std::fill(head_grad_.begin(), head_grad_.end(), 0.0f);
+  }
   notify(layout_.embeddings());
 }
 
 std::size_t Gpt::activation_bytes() const {
-  std::size_t floats = embedded_.capacity() + lnf_.capacity() + lnf_mean_.capacity() + lnf_rstd_.capacity() +
+  std::size_t floats = embedded_.capacity() + head_grad_.capacity() + lnf_.capacity() + lnf_mean_.capacity() + lnf_rstd_.capacity() +
                        logits_.capacity() + losses_.capacity() + d_stream_.capacity() + d_ln_.capacity() +
                        d_qkv_.capacity() + d_atty_.capacity() + d_fch_.capacity() + d_fch_gelu_.capacity();
   for (const LayerActivations& a : layers_)

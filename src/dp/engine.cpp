@@ -282,7 +282,7 @@ void DataParallelEngine::micro_step(const std::int32_t* windows, float dloss, bo
   gpt_.backward(
       weights_f32_.data(), grads_f32_.data(), dloss,
       [&](FlatRange r) { gradient_ready(r, last, result); },
-      sharded_weights ? needed(backward_order_) : WeightsNeeded{});
+      sharded_weights ? needed(backward_order_) : WeightsNeeded{}, last);
   result.backward_s += timeline_.now() - forward_end;
 }
 

@@ -12,6 +12,7 @@ namespace dptrain {
 namespace {
 
 using testing::run_command;
+using testing::max_relative_difference;
 
 class DataParallel : public testing::TinyRunTest {
  protected:
@@ -32,12 +33,6 @@ class DataParallel : public testing::TinyRunTest {
   int counter_ = 0;
 };
 
-double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
-  return worst;
-}
 
 TEST_F(DataParallel, FourRanksEqualOneRankWithTheWholeBatchFp32) {
   const auto one = losses(1, "--grad-dtype fp32");

@@ -1,6 +1,8 @@
 // Helpers for tests that run the programs: paths from the test environment and running a command.
 #pragma once
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -67,12 +69,56 @@ inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(bool(in)) << path;
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// max_i |a_i − b_i| / |b_i| over equally long sequences.
+inline double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  return worst;
+}
+
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> records;
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) records.push_back(nlohmann::json::parse(line));
   return records;
+}
+
+// A dptrain run: its exit code and output, and what its JSONL log says (step records in order, the summary).
+struct LoggedRun {
+  int exit_code = -1;
+  std::string output;
+  std::vector<int> steps;
+  std::vector<double> losses, grad_norms;
+  nlohmann::json summary;
+};
+
+// Runs `command`, which must succeed and write its JSONL log to `log`, and reads the log back.
+inline LoggedRun run_logged(const std::string& command, const std::string& log) {
+  LoggedRun result;
+  const CommandResult r = run_command(command);
+  result.exit_code = r.exit_code;
+  result.output = r.output;
+  EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output;
+  for (const auto& record : read_jsonl(log)) {
+    if (record.contains("event")) {
+      if (record["event"] == "summary") result.summary = record;
+      continue;
+    }
+    result.steps.push_back(record["step"].get<int>());
+    result.losses.push_back(record["loss"].get<double>());
+    result.grad_norms.push_back(record["grad_norm"].get<double>());
+  }
+  EXPECT_TRUE(result.summary.is_object()) << command << "\n" << r.output;
+  return result;
 }
 
 // A test that runs dptrain on the tiny config, one thread per rank, over small_corpus_text() in a temporary

@@ -29,8 +29,10 @@ class Gpt {
 
   // Adds dloss·∂(Σ losses)/∂weights into grads [N] for the windows of the last forward(). Once per forward():
   // the saved probabilities become the logits' gradient in place.
+  // Gradient accumulation: micro-steps pass completes_gradient = false except the last, which folds in the tied
+  // head's term of wte (kept apart until then; see gpt.cpp).
   void backward(const float* weights, float* grads, float dloss, const GradientReady& ready = {},
-                const WeightsNeeded& needed = {});
+                const WeightsNeeded& needed = {}, bool completes_gradient = true);
 
   // Bytes of the activations and backward scratch this model holds (for the memory summary).
   std::size_t activation_bytes() const;
@@ -59,6 +61,7 @@ class Gpt {
   std::vector<LayerActivations> layers_;
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_;  // [N,C], [N], [N]
   std::vector<float> logits_, losses_;            // [N,V] (probabilities after forward), [N]
+  std::vector<float> head_grad_;                  // [V,C] the LM head's term of wte's gradient, until folded in
   // Backward scratch: the residual stream's gradient and one buffer per branch activation.
   std::vector<float> d_stream_, d_ln_, d_qkv_, d_atty_, d_fch_, d_fch_gelu_;
 };
