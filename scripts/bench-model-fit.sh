@@ -62,8 +62,10 @@ echo "# measure:   dpbench --op allreduce --algo A ${measure[*]} -d $DTYPE -c 1 
 echo "# NPS \"$NPS\", ALGOS \"$ALGOS\", $REPEATS repeats (each: calibrate, then measure); ratio = measured / modelled"
 echo "#"
 echo "# alpha, B: the calibration run's fit; resid: its largest relative residual over the calibration sweep;"
-echo "# others: cores' worth of CPU used by other processes during the calibration / measurement run (0 = quiet)"
-printf '# %3s %-6s %3s %11s %12s %10s %6s %6s\n' np algo rep alpha B resid others others
+echo "# others: cores' worth of CPU used by other processes during the calibration / measurement run (0 = quiet);"
+echo "# p2p: busbw (GB/s) of a 4 MiB neighbour exchange (dpbench --op sendrecv) just before and just after the pair:"
+echo "# the speed of the machine's core-to-core path, which this VM switches between two levels while it runs"
+printf '# %3s %-6s %3s %11s %12s %10s %6s %6s %7s %6s\n' np algo rep alpha B resid others others p2p p2p
 
 # The ratio rows of one measurement run against the link fitted just before it.
 ratios() {  # np algo repeat link.json rows.json others
@@ -98,6 +100,12 @@ timed_mpirun() {
     'BEGIN { x = ((a1 - a0) - (m1 - m0)) / (t1 - t0); printf "%.2f", x < 0 ? 0 : x }')
 }
 
+# Busbw of a 4 MiB neighbour exchange at this rank count (the transport alone, no collective).
+p2p_probe() {
+  mpirun -np "$1" --oversubscribe "$BUILD_DIR/dpbench" --op sendrecv -b 4M -e 4M -n 20 -w 2 |
+    awk '/^ *[0-9]+ +[0-9]/ { print $7 }'
+}
+
 # Waits until other processes use under QUIET_LIMIT cores (sampled over 1 s), at most QUIET_WAIT seconds.
 wait_quiet() {
   local waited=0 all0 busy
@@ -116,11 +124,13 @@ for ((rep = 1; rep <= REPEATS; ++rep)); do
       base=$OUT_DIR/np$np-$algo-$rep
       for ((try = 0; ; ++try)); do
         wait_quiet
+        p2p_before=$(p2p_probe "$np")
         timed_mpirun "$base-calibrate.txt" -np "$np" --oversubscribe "$BUILD_DIR/dpbench" --op allreduce \
           --algo "$algo" "${calibrate[@]}" -d "$DTYPE" "$@" --json "$base-calibrate.json" --fit "$base-link.json"
         others_calibrate=$OTHERS
         timed_mpirun "$base-measure.txt" -np "$np" --oversubscribe "$BUILD_DIR/dpbench" --op allreduce \
           --algo "$algo" "${measure[@]}" -d "$DTYPE" -c 1 "$@" --json "$base-measure.json"
+        p2p_after=$(p2p_probe "$np")
         others=$(awk -v a="$others_calibrate" -v b="$OTHERS" 'BEGIN { print (a > b ? a : b) }')
         # A pair that shared the cores with other processes is run again (the model is of the machine, not of
         # whatever else it was doing), up to RETRIES times; what is kept is marked by its others columns.
@@ -137,7 +147,8 @@ for ((rep = 1; rep <= REPEATS; ++rep)); do
       jq -r --arg algo "$algo" '.fits[] | select(.algo == $algo)
         | [.alpha_s * 1e6, .bandwidth_Bps / 1e9, .max_relative_residual * 100, .samples] | @tsv' "$base-link.json" |
         awk -F'\t' -v np="$np" -v algo="$algo" -v rep="$rep" -v oc="$others_calibrate" -v om="$OTHERS" \
-          '{ printf "# %3d %-6s %3d %8.2f us %7.3f GB/s %9.1f%% %6.2f %6.2f\n", np, algo, rep, $1, $2, $3, oc, om }'
+          -v pb="$p2p_before" -v pa="$p2p_after" \
+          '{ printf "# %3d %-6s %3d %8.2f us %7.3f GB/s %9.1f%% %6.2f %6.2f %7.2f %6.2f\n", np, algo, rep, $1, $2, $3, oc, om, pb, pa }'
       ratios "$np" "$algo" "$rep" "$base-link.json" "$base-measure.json" "$others" >> "$OUT_DIR/ratios.jsonl"
     done
   done
@@ -149,28 +160,30 @@ echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 # ratio. Then the distribution of the per-size median ratios from 1 MiB up, per np and algorithm and over all.
 jq -s -r --argjson min "$MIN_BYTES" --argjson tol "$TOLERANCE" '
   def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
-  def fmt($w; $d): (. * pow(10; $d) | round / pow(10; $d) | tostring) as $s
+  def fmt($d): (. * pow(10; $d) | round / pow(10; $d) | tostring) as $s  # $d decimals, trailing zeros kept
     | ($s | if $d > 0 and (index(".") | not) then . + "." else . end) as $s
-    | ($s + "0" * ($d - (($s | split(".")[1] // "") | length))) as $s
-    | " " * ([$w - ($s | length), 0] | max) + $s;
+    | $s + "0" * ($d - (($s | split(".")[1] // "") | length));
   def inside: . >= 1 - $tol and . <= 1 + $tol;
   def dist:  # min | median | max | how many within the tolerance
     length as $n | (map(select(inside)) | length) as $k
-    | "\(min | fmt(0; 2)) | \(median | fmt(0; 2)) | \(max | fmt(0; 2)) | \($k)/\($n) (\(100 * $k / $n | round)%) |";
+    | "\(min | fmt(2)) | \(median | fmt(2)) | \(max | fmt(2)) | \($k)/\($n) (\(100 * $k / $n | round)%) |";
   [group_by([.np, .algo, .size])[]
    | {np: .[0].np, algo: .[0].algo, size: .[0].size, measured_ms: (map(.measured_s) | median * 1e3),
       modelled_ms: (map(.modelled_s) | median * 1e3), ratio: (map(.ratio) | median),
       lo: (map(.ratio) | min), hi: (map(.ratio) | max), n: length}] as $rows
   | ($rows | map(select(.size >= $min))) as $evaluated
   | "",
+    "measured, modelled: medians over the repeats; measured/modelled: the median of the repeats\u0027 ratios, each against",
+    "the link fitted in its own repeat (**out**: outside ±\($tol * 100 | round) %); min..max: the repeats\u0027 smallest and largest ratio.",
+    "",
     "| np | algo | size(B) | measured ms | modelled ms | measured/modelled | repeats min..max |",
     "|---|---|---|---|---|---|---|",
     ($rows | sort_by(.np, .algo, .size)[]
-     | "| \(.np) | \(.algo) | \(.size) | \(.measured_ms | fmt(0; 3)) | \(.modelled_ms | fmt(0; 3)) | "
-       + "\(.ratio | fmt(0; 2))\(if .size >= $min and (.ratio | inside | not) then " **out**" else "" end) | "
-       + "\(.lo | fmt(0; 2))..\(.hi | fmt(0; 2)) |"),
+     | "| \(.np) | \(.algo) | \(.size) | \(.measured_ms | fmt(3)) | \(.modelled_ms | fmt(3)) | "
+       + "\(.ratio | fmt(2))\(if .size >= $min and (.ratio | inside | not) then " **out**" else "" end) | "
+       + "\(.lo | fmt(2))..\(.hi | fmt(2)) |"),
     "",
-    "Distribution of the median ratios from \($min / 1048576) MiB up (within ±\($tol * 100 | round) %: 0.75 ≤ ratio ≤ 1.25):",
+    "Distribution of the median ratios from \($min / 1048576) MiB up (within ±\($tol * 100 | round) %: \(1 - $tol) ≤ ratio ≤ \(1 + $tol)):",
     "",
     "| np | algo | min | median | max | within ±\($tol * 100 | round) % |",
     "|---|---|---|---|---|---|",
@@ -178,13 +191,18 @@ jq -s -r --argjson min "$MIN_BYTES" --argjson tol "$TOLERANCE" '
     ($evaluated | group_by(.algo)[] | "| all | \(.[0].algo) | " + (map(.ratio) | dist)),
     ("| all | all | " + ($evaluated | map(.ratio) | dist))
 ' "$OUT_DIR/ratios.jsonl"
-# Every single repeat's ratio (not the medians), for the spread the medians hide; and the same for the repeats
+# Every single repeat's ratio (not the medians), for the spread the medians hide: all pairs, and only the pairs
 # whose calibration and measurement both ran on a quiet machine.
 jq -s -r --argjson min "$MIN_BYTES" --argjson tol "$TOLERANCE" --argjson limit "$QUIET_LIMIT" '
   def count: length as $n | (map(select(.ratio >= 1 - $tol and .ratio <= 1 + $tol)) | length) as $k
-    | if $n == 0 then "none" else "\($k)/\($n) within ±\($tol * 100 | round) % (min \(map(.ratio) | min * 100 | round / 100), "
-      + "max \(map(.ratio) | max * 100 | round / 100))" end;
+    | if $n == 0 then "none | | " else "\($k)/\($n) | \(map(.ratio) | min * 100 | round / 100) | "
+      + "\(map(.ratio) | max * 100 | round / 100)" end;
   map(select(.size >= $min))
-  | "\nEvery repeat separately: \(count).",
-    "Repeats on a quiet machine only (others ≤ \($limit) cores): \(map(select(.others <= $limit)) | count)."
+  | "",
+    "Every repeat separately (quiet: other processes used ≤ \($limit) cores during both runs of the pair):",
+    "",
+    "| np | algo | within ±\($tol * 100 | round) % | min | max | quiet: within | min | max |",
+    "|---|---|---|---|---|---|---|---|",
+    (group_by([.np, .algo])[] | "| \(.[0].np) | \(.[0].algo) | \(count) | \(map(select(.others <= $limit)) | count) |"),
+    "| all | all | \(count) | \(map(select(.others <= $limit)) | count) |"
 ' "$OUT_DIR/ratios.jsonl"
