@@ -29,8 +29,7 @@ echo "# $(date -u +%FT%TZ)  $(nproc) cores  load $(cut -d' ' -f1-3 /proc/loadavg
 printf '%-12s %3s %8s %9s %9s %9s %7s | %9s %9s %7s %10s\n' config np overlap "step ms" "comm ms" "exposed" hidden \
   "comm mod" "exp mod" "hid mod" "step mod"
 for np in $NPS; do
-  mpirun -np "$np" --oversubscribe "$DPTRAIN_BUILD/dpbench" --op allreduce --algo ring -b 64K -e 64M -f 4 \
-    --fit "$work/link-$np.json" > "$work/fit-$np.txt"
+  dptrain_calibrate "$np" "$work/link-$np.json"
   for entry in "${CONFIGS[@]}"; do
     name=${entry%%|*}
     flags=${entry#*|}

@@ -19,8 +19,7 @@ CONFIGS=(
   "small|--config $DPTRAIN_ROOT/configs/small.toml"
   "gpt2-124m|--config $DPTRAIN_ROOT/configs/gpt2-124m.toml --seq 128 --batch $NP"
 )
-mpirun -np "$NP" --oversubscribe "$DPTRAIN_BUILD/dpbench" --op allreduce --algo ring -b 64K -e 64M -f 4 \
-  --fit "$work/link.json" > "$work/fit.txt"
+dptrain_calibrate "$NP" "$work/link.json"
 
 echo "# $(date -u +%FT%TZ)  $(nproc) cores  load $(cut -d' ' -f1-3 /proc/loadavg)  np $NP  $STEPS steps per run"
 printf '%-10s %5s %9s | %17s %17s %17s | %8s %8s %8s %9s | %21s\n' config stage "step ms" \

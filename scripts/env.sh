@@ -11,3 +11,9 @@ dptrain_build() {
   cmake -S "$DPTRAIN_ROOT" -B "$DPTRAIN_BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$DPTRAIN_BUILD" -j "$(nproc)" "$@"
 }
+
+# Fits α and B to a ring all-reduce sweep on $1 ranks and writes them to $2 (a link.json for dptrain --link).
+dptrain_calibrate() {
+  mpirun -np "$1" --oversubscribe "$DPTRAIN_BUILD/dpbench" --op allreduce --algo ring -b 64K -e 64M -f 4 \
+    --fit "$2" > "$2.txt"
+}

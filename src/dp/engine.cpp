@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -128,7 +128,8 @@ void DataParallelEngine::collective(CollectiveOp op, std::size_t u, void* data, 
   const Unit& unit = plan_.units()[u];
   const double start = timeline_.now();
   group_.collectives->run(op, data, unit.padded, dtype);
-  timeline_.add({TimelineEvent::Track::communication, fmt::format("{} {}", collective_op_name(op), unit.name), start,
+  if (timeline_.recording())
+    timeline_.add({TimelineEvent::Track::communication, fmt::format("{} {}", collective_op_name(op), unit.name), start,
                  timeline_.now(), step_number_, int(u), unit.padded * element_size(dtype)});
 }
 
@@ -137,7 +138,7 @@ void DataParallelEngine::wait_for_comm(CommExecutor::Ticket ticket, const char* 
   executor_.wait(ticket);
   const double end = timeline_.now();
   waited_s_ += end - start;
-  if (end - start > 1e-5)
+  if (timeline_.recording() && end - start > 1e-5)
     timeline_.add({TimelineEvent::Track::compute, fmt::format("wait: {}", what), start, end, step_number_});
 }
 
@@ -249,17 +250,13 @@ std::string DataParallelEngine::part_name(FlatRange range) const {
 void DataParallelEngine::gradient_ready(FlatRange range, bool last, StepResult& result) {
   const double now = timeline_.now();
   const std::size_t u = plan_.unit_of(range.begin);
-  timeline_.add({TimelineEvent::Track::compute, "backward " + part_name(range), unit_clock_, now, step_number_,
-                 int(u)});
+  if (timeline_.recording())
+    timeline_.add({TimelineEvent::Track::compute, "backward " + part_name(range), unit_clock_, now, step_number_,
+                   int(u)});
   if (last) {
     result.unit_backward_s[u] += now - unit_clock_;
     // A unit is complete when its lowest range is: blocks complete from the top down.
-    if (range.begin == plan_.units()[u].range.begin) {
-      if (settings_.overlap)
-        launch_gradient(u);
-      else
-        deferred_.push_back(u);
-    }
+    if (settings_.overlap && range.begin == plan_.units()[u].range.begin) launch_gradient(u);
   }
   unit_clock_ = timeline_.now();
 }
@@ -314,7 +311,8 @@ StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t glo
   for (int k = 0; k < settings_.grad_accum; ++k)
     micro_step(windows + std::size_t(k) * micro_windows_ * window_size, dloss, k + 1 == settings_.grad_accum,
                result, local_loss);
-  for (std::size_t u : std::exchange(deferred_, {})) launch_gradient(u);
+  if (!settings_.overlap)  // the same collectives in the same order, after backward
+    for (std::size_t u = 0; u < units; ++u) launch_gradient(u);
   wait_for_comm(gradient_tickets_[units - 1], "gradient");
 
   double loss_total = 0;

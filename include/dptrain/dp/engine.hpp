@@ -171,7 +171,6 @@ class DataParallelEngine {
   // Per unit, launch order: staging buffers in flight and the tickets of their collectives.
   std::vector<BufferPool::Buffer> gradient_staging_, weight_staging_;
   std::vector<CommExecutor::Ticket> gradient_tickets_, weight_tickets_;
-  std::vector<std::size_t> deferred_;        // units whose collective waits for the end of backward (no overlap)
   std::vector<char> present_;                // stage 3: unit gathered for the current pass
   std::vector<std::size_t> forward_order_, backward_order_;  // stage 3: units in the order each pass needs them
   double unit_clock_ = 0;                    // when the previous range's gradient completed

@@ -29,6 +29,7 @@ class Timeline {
   void reset_origin() { origin_ = std::chrono::steady_clock::now(); }
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count(); }
 
+  // Callers check recording() first when building an event costs something (formatted names).
   void add(TimelineEvent event) {
     if (!recording_) return;
     std::lock_guard lock(mutex_);
