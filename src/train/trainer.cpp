@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
@@ -65,6 +66,12 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   }
   if (!options_.link.empty()) link_ = link_from_spec(options_.link);
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
+  if (!options_.trace.empty() && world_.rank() == 0) {
+    // Written at the end: a wrong path must not surface after the whole run.
+    const std::filesystem::path directory = std::filesystem::path(options_.trace).parent_path();
+    require(directory.empty() || std::filesystem::is_directory(directory),
+            "--trace: the directory of '{}' does not exist", options_.trace);
+  }
 }
 
 Trainer::~Trainer() = default;

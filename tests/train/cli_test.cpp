@@ -39,6 +39,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--data " + (dir_ / "badshard.bin") + " --vocab 256", "text"},  // not a shard: read as text, fine below
       {"--config " + (dir_ / "bad.toml"), "--config: INI was not able to parse bogus"},
       {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
+      {"--trace " + (dir_ / "nowhere/trace.json"), "--trace: the directory of"},
   };
   for (const auto& c : cases) {
     if (c.message == "text") continue;  // a file without the magic is text by definition
