@@ -3,151 +3,198 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
 
-Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_windows)
-    : layout_(layout), backend_(backend), max_windows_(max_windows) {
-  const ModelConfig& c = layout.config();
-  const std::size_t N = max_windows * c.seq, C = c.width, T = c.seq;
-  inputs_.resize(N);
-  targets_.resize(N);
-  embedded_.resize(N * C);
-  layers_.resize(c.layers);
-  for (auto& a : layers_) {
-    a.ln1.resize(N * C), a.ln1_mean.resize(N), a.ln1_rstd.resize(N);
-    a.qkv.resize(N * 3 * C);
-    a.probs.resize(max_windows * c.heads * T * T);
-    a.atty.resize(N * C), a.res2.resize(N * C);
-    a.ln2.resize(N * C), a.ln2_mean.resize(N), a.ln2_rstd.resize(N);
-    a.fch.resize(N * 4 * C), a.fch_gelu.resize(N * 4 * C);
-    a.out.resize(N * C);
-  }
-  lnf_.resize(N * C), lnf_mean_.resize(N), lnf_rstd_.resize(N);
-  logits_.resize(N * c.vocab), losses_.resize(N);
-  head_grad_.assign(std::size_t(c.vocab) * C, 0.0f);
-  d_stream_.resize(N * C), d_ln_.resize(N * C), d_qkv_.resize(N * 3 * C), d_atty_.resize(N * C);
-  d_fch_.resize(N * 4 * C), d_fch_gelu_.resize(N * 4 * C);
+namespace {
+
+const std::byte* offset_bytes(const void* base, std::size_t elements, std::size_t element_bytes) {
+  return static_cast<const std::byte*>(base) + elements * element_bytes;
 }
 
-double Gpt::forward(const float* W, const std::int32_t* windows, std::size_t n, const WeightsNeeded& needed) {
+}  // namespace
+
+WeightAccess whole_weights(const void* view, DType dtype) {
+  return {[view, dtype](FlatRange r) -> const void* { return offset_bytes(view, r.begin, element_size(dtype)); }};
+}
+
+Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_windows)
+    : layout_(layout),
+      backend_(backend),
+      device_(backend.device()),
+      max_windows_(max_windows),
+      act_bytes_(element_size(backend.activation_dtype())),
+      grad_bytes_(element_size(backend.gradient_dtype())) {
+  const ModelConfig& c = layout.config();
+  const std::size_t N = max_windows * c.seq, C = c.width, T = c.seq, V = c.vocab;
+  ActivationArena& a = arena_;
+  const std::size_t A = act_bytes_, F = sizeof(float);
+  const auto inputs = a.add("inputs", N, sizeof(std::int32_t)), targets = a.add("targets", N, sizeof(std::int32_t));
+  const auto embedded = a.add("embedded", N * C, A);
+  struct LayerIds {
+    ActivationArena::Id ln1, ln1_mean, ln1_rstd, qkv, probs, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, out;
+  };
+  std::vector<LayerIds> ids;
+  for (int l = 0; l < c.layers; ++l) {
+    auto name = [l](const char* what) { return fmt::format("h.{}.{}", l, what); };
+    ids.push_back({a.add(name("ln1"), N * C, A), a.add(name("ln1_mean"), N, F), a.add(name("ln1_rstd"), N, F),
+                   a.add(name("qkv"), N * 3 * C, A), a.add(name("probs"), max_windows * c.heads * T * T, A),
+                   a.add(name("atty"), N * C, A), a.add(name("res2"), N * C, A), a.add(name("ln2"), N * C, A),
+                   a.add(name("ln2_mean"), N, F), a.add(name("ln2_rstd"), N, F), a.add(name("fch"), N * 4 * C, A),
+                   a.add(name("fch_gelu"), N * 4 * C, A), a.add(name("out"), N * C, A)});
+  }
+  const auto lnf = a.add("lnf", N * C, A), lnf_mean = a.add("lnf_mean", N, F), lnf_rstd = a.add("lnf_rstd", N, F);
+  const auto logits = a.add("logits", N * V, A), losses = a.add("losses", N, F);
+  const auto head_grad = a.add("head_grad", V * C, grad_bytes_);
+  const auto d_stream = a.add("d_stream", N * C, A), d_ln = a.add("d_ln", N * C, A);
+  const auto d_qkv = a.add("d_qkv", N * 3 * C, A), d_atty = a.add("d_atty", N * C, A);
+  const auto d_fch = a.add("d_fch", N * 4 * C, A), d_fch_gelu = a.add("d_fch_gelu", N * 4 * C, A);
+  a.allocate(device_);
+
+  inputs_ = a.as<std::int32_t>(inputs), targets_ = a.as<std::int32_t>(targets);
+  embedded_ = a.data(embedded);
+  for (const LayerIds& i : ids)
+    layers_.push_back({a.data(i.ln1), a.as<float>(i.ln1_mean), a.as<float>(i.ln1_rstd), a.data(i.qkv),
+                       a.data(i.probs), a.data(i.atty), a.data(i.res2), a.data(i.ln2), a.as<float>(i.ln2_mean),
+                       a.as<float>(i.ln2_rstd), a.data(i.fch), a.data(i.fch_gelu), a.data(i.out)});
+  lnf_ = a.data(lnf), lnf_mean_ = a.as<float>(lnf_mean), lnf_rstd_ = a.as<float>(lnf_rstd);
+  logits_ = a.data(logits), losses_ = a.as<float>(losses);
+  head_grad_ = a.data(head_grad);
+  device_.zero(head_grad_, V * C * grad_bytes_);
+  d_stream_ = a.data(d_stream), d_ln_ = a.data(d_ln), d_qkv_ = a.data(d_qkv), d_atty_ = a.data(d_atty);
+  d_fch_ = a.data(d_fch), d_fch_gelu_ = a.data(d_fch_gelu);
+  host_tokens_.resize(2 * N);
+}
+
+void* Gpt::grad_at(void* grads, std::size_t offset) const {
+  return static_cast<std::byte*>(grads) + offset * grad_bytes_;
+}
+
+void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess& weights, double* loss_sum) {
   DP_ASSERT(n <= max_windows_);
   n_ = n;
   const ModelConfig& c = layout_.config();
   const std::size_t T = c.seq, C = c.width, V = c.vocab, NH = c.heads, N = n * T;
+  // Inputs [:, :Q] and targets [:, 1:] side by side on the host, then one upload (they are adjacent in the arena
+  // only when n = max_windows, so two).
   for (std::size_t w = 0; w < n; ++w) {
-    std::copy_n(windows + w * (T + 1), T, inputs_.data() + w * T);
-    std::copy_n(windows + w * (T + 1) + 1, T, targets_.data() + w * T);
+    std::copy_n(windows + w * (T + 1), T, host_tokens_.data() + w * T);
+    std::copy_n(windows + w * (T + 1) + 1, T, host_tokens_.data() + N + w * T);
   }
+  device_.upload(inputs_, host_tokens_.data(), N * sizeof(std::int32_t));
+  device_.upload(targets_, host_tokens_.data() + N, N * sizeof(std::int32_t));
   Backend& be = backend_;
-  auto need = [&](FlatRange r) {
-    if (needed) needed(r);
-  };
-  need(layout_.embeddings());
-  be.embedding_forward(embedded_.data(), inputs_.data(), W + layout_.wte(), W + layout_.wpe(), N, T, C);
-  const float* x = embedded_.data();
+  const std::size_t wb = element_size(be.weight_dtype());
+  // The weights of tensor `offset` inside a range acquired at `base`.
+  auto at = [wb](const void* base, FlatRange r, std::size_t offset) { return offset_bytes(base, offset - r.begin, wb); };
+
+  const FlatRange emb = layout_.embeddings();
+  const void* E = weights.acquire(emb);
+  be.embedding_forward(embedded_, inputs_, at(E, emb, layout_.wte()), at(E, emb, layout_.wpe()), N, T, C);
+  const void* x = embedded_;
   for (int l = 0; l < c.layers; ++l) {
     const BlockOffsets& p = layout_.block(l);
+    const FlatRange r = layout_.block_range(l);
     LayerActivations& a = layers_[l];
-    need(layout_.block_range(l));
-    be.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, W + p.ln1_w, W + p.ln1_b, N, C);
-    be.matmul_forward(a.qkv.data(), a.ln1.data(), W + p.qkv_w, W + p.qkv_b, N, T, C, 3 * C);
-    be.attention_forward(a.atty.data(), a.probs.data(), a.qkv.data(), n, T, C, NH);
-    be.matmul_forward(a.res2.data(), a.atty.data(), W + p.attn_proj_w, W + p.attn_proj_b, N, T, C, C);
-    be.accumulate(a.res2.data(), x, N * C);
-    be.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), W + p.ln2_w,
-                         W + p.ln2_b, N, C);
-    be.matmul_forward(a.fch.data(), a.ln2.data(), W + p.fc_w, W + p.fc_b, N, T, C, 4 * C);
-    be.gelu_forward(a.fch_gelu.data(), a.fch.data(), N * 4 * C);
-    be.matmul_forward(a.out.data(), a.fch_gelu.data(), W + p.fc_proj_w, W + p.fc_proj_b, N, T, 4 * C, C);
-    be.accumulate(a.out.data(), a.res2.data(), N * C);
-    x = a.out.data();
+    const void* W = weights.acquire(r);
+    auto w = [&](std::size_t offset) { return at(W, r, offset); };
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w(p.ln1_w), w(p.ln1_b), N, C);
+    be.matmul_forward(a.qkv, a.ln1, w(p.qkv_w), w(p.qkv_b), N, T, C, 3 * C);
+    be.attention_forward(a.atty, a.probs, a.qkv, n, T, C, NH);
+    be.matmul_forward(a.res2, a.atty, w(p.attn_proj_w), w(p.attn_proj_b), N, T, C, C);
+    be.accumulate(a.res2, x, N * C, be.activation_dtype());
+    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w(p.ln2_w), w(p.ln2_b), N, C);
+    be.matmul_forward(a.fch, a.ln2, w(p.fc_w), w(p.fc_b), N, T, C, 4 * C);
+    be.gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
+    be.matmul_forward(a.out, a.fch_gelu, w(p.fc_proj_w), w(p.fc_proj_b), N, T, 4 * C, C);
+    be.accumulate(a.out, a.res2, N * C, be.activation_dtype());
+    weights.release(r);
+    x = a.out;
   }
-  need(layout_.final_norm());
-  be.layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, W + layout_.lnf_w(),
-                       W + layout_.lnf_b(), N, C);
-  need(layout_.embeddings());  // the tied head
-  be.matmul_forward(logits_.data(), lnf_.data(), W + layout_.wte(), nullptr, N, T, C, V);
-  return be.softmax_cross_entropy_forward(logits_.data(), losses_.data(), targets_.data(), N, V);
+  const FlatRange fin = layout_.final_norm();
+  const void* F = weights.acquire(fin);
+  be.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, at(F, fin, layout_.lnf_w()), at(F, fin, layout_.lnf_b()), N,
+                       C);
+  weights.release(fin);
+  const void* head = weights.acquire(emb);  // the tied head
+  be.matmul_forward(logits_, lnf_, at(head, emb, layout_.wte()), nullptr, N, T, C, V);
+  weights.release(emb);
+  weights.release(emb);
+  be.softmax_cross_entropy_forward(logits_, losses_, targets_, N, V, loss_sum);
 }
 
-void Gpt::backward(const float* W, float* G, float dloss, const GradientReady& ready, const WeightsNeeded& needed,
+void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const GradientReady& ready,
                    bool completes_gradient) {
   const ModelConfig& c = layout_.config();
   const std::size_t T = c.seq, C = c.width, V = c.vocab, NH = c.heads, N = n_ * T;
   Backend& be = backend_;
-  auto zero = [](std::vector<float>& v, std::size_t n) { std::fill_n(v.data(), n, 0.0f); };
+  const std::size_t wb = element_size(be.weight_dtype());
+  auto at = [wb](const void* base, FlatRange r, std::size_t offset) { return offset_bytes(base, offset - r.begin, wb); };
+  auto g = [&](std::size_t offset) { return grad_at(G, offset); };
+  auto zero = [&](void* data, std::size_t elements) { device_.zero(data, elements * act_bytes_); };
   auto notify = [&](FlatRange r) {
     if (ready) ready(r);
   };
-  auto need = [&](FlatRange r) {
-    if (needed) needed(r);
-  };
 
   // LM head (tied to wte) and final LayerNorm.
-  be.softmax_cross_entropy_backward(logits_.data(), targets_.data(), dloss, N, V);
+  be.softmax_cross_entropy_backward(logits_, targets_, dloss, N, V);
   zero(d_ln_, N * C);
-  need(layout_.embeddings());
+  const FlatRange emb = layout_.embeddings();
+  const void* head = weights.acquire(emb);
   // The tied wte gets two terms, the head's now and the embedding lookup's last. The head's is summed apart and
   // added once the gradient is complete, so each term is a sum in window order however the batch is split.
-  be.matmul_backward(d_ln_.data(), head_grad_.data(), nullptr, logits_.data(), lnf_.data(), W + layout_.wte(), N,
-                     T, C, V);
+  be.matmul_backward(d_ln_, head_grad_, nullptr, logits_, lnf_, at(head, emb, layout_.wte()), N, T, C, V);
+  weights.release(emb);
   zero(d_stream_, N * C);
-  need(layout_.final_norm());
-  const float* last = c.layers > 0 ? layers_.back().out.data() : embedded_.data();
-  be.layernorm_backward(d_stream_.data(), G + layout_.lnf_w(), G + layout_.lnf_b(), d_ln_.data(), last,
-                        W + layout_.lnf_w(), lnf_mean_.data(), lnf_rstd_.data(), N, C);
-  notify(layout_.final_norm());
+  const FlatRange fin = layout_.final_norm();
+  const void* F = weights.acquire(fin);
+  const void* last = c.layers > 0 ? layers_.back().out : embedded_;
+  be.layernorm_backward(d_stream_, g(layout_.lnf_w()), g(layout_.lnf_b()), d_ln_, last,
+                        at(F, fin, layout_.lnf_w()), lnf_mean_, lnf_rstd_, N, C);
+  weights.release(fin);
+  notify(fin);
 
   // Blocks, last first. d_stream_ holds ∂loss/∂(block output) and becomes ∂loss/∂(block input) in place: the
   // residual connections pass it through unchanged and each branch adds its own term.
   for (int l = c.layers - 1; l >= 0; --l) {
     const BlockOffsets& p = layout_.block(l);
+    const FlatRange r = layout_.block_range(l);
     LayerActivations& a = layers_[l];
-    const float* x = l > 0 ? layers_[l - 1].out.data() : embedded_.data();
-    need(layout_.block_range(l));
+    const void* x = l > 0 ? layers_[l - 1].out : embedded_;
+    const void* W = weights.acquire(r);
+    auto w = [&](std::size_t offset) { return at(W, r, offset); };
     // MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))).
     zero(d_fch_gelu_, N * 4 * C);
-    be.matmul_backward(d_fch_gelu_.data(), G + p.fc_proj_w, G + p.fc_proj_b, d_stream_.data(), a.fch_gelu.data(),
-                       W + p.fc_proj_w, N, T, 4 * C, C);
+    be.matmul_backward(d_fch_gelu_, g(p.fc_proj_w), g(p.fc_proj_b), d_stream_, a.fch_gelu, w(p.fc_proj_w), N, T,
+                       4 * C, C);
     zero(d_fch_, N * 4 * C);
-    be.gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N * 4 * C);
+    be.gelu_backward(d_fch_, a.fch, d_fch_gelu_, N * 4 * C);
     zero(d_ln_, N * C);
-    be.matmul_backward(d_ln_.data(), G + p.fc_w, G + p.fc_b, d_fch_.data(), a.ln2.data(), W + p.fc_w, N, T, C, 4 * C);
-    be.layernorm_backward(d_stream_.data(), G + p.ln2_w, G + p.ln2_b, d_ln_.data(), a.res2.data(), W + p.ln2_w,
-                          a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+    be.matmul_backward(d_ln_, g(p.fc_w), g(p.fc_b), d_fch_, a.ln2, w(p.fc_w), N, T, C, 4 * C);
+    be.layernorm_backward(d_stream_, g(p.ln2_w), g(p.ln2_b), d_ln_, a.res2, w(p.ln2_w), a.ln2_mean, a.ln2_rstd, N,
+                          C);
     // Attention branch: res2 = x + attn_proj(attention(qkv(ln1(x)))).
     zero(d_atty_, N * C);
-    be.matmul_backward(d_atty_.data(), G + p.attn_proj_w, G + p.attn_proj_b, d_stream_.data(), a.atty.data(),
-                       W + p.attn_proj_w, N, T, C, C);
+    be.matmul_backward(d_atty_, g(p.attn_proj_w), g(p.attn_proj_b), d_stream_, a.atty, w(p.attn_proj_w), N, T, C,
+                       C);
     zero(d_qkv_, N * 3 * C);
-    be.attention_backward(d_qkv_.data(), d_atty_.data(), a.qkv.data(), a.probs.data(), n_, T, C, NH);
+    be.attention_backward(d_qkv_, d_atty_, a.qkv, a.probs, n_, T, C, NH);
     zero(d_ln_, N * C);
-    be.matmul_backward(d_ln_.data(), G + p.qkv_w, G + p.qkv_b, d_qkv_.data(), a.ln1.data(), W + p.qkv_w, N, T, C,
-                       3 * C);
-    be.layernorm_backward(d_stream_.data(), G + p.ln1_w, G + p.ln1_b, d_ln_.data(), x, W + p.ln1_w,
-                          a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
-    notify(layout_.block_range(l));
+    be.matmul_backward(d_ln_, g(p.qkv_w), g(p.qkv_b), d_qkv_, a.ln1, w(p.qkv_w), N, T, C, 3 * C);
+    be.layernorm_backward(d_stream_, g(p.ln1_w), g(p.ln1_b), d_ln_, x, w(p.ln1_w), a.ln1_mean, a.ln1_rstd, N, C);
+    weights.release(r);
+    notify(r);
   }
 
-  be.embedding_backward(G + layout_.wte(), G + layout_.wpe(), d_stream_.data(), inputs_.data(), N, T, C);
+  be.embedding_backward(g(layout_.wte()), g(layout_.wpe()), d_stream_, inputs_, N, T, C);
   if (completes_gradient) {
-    be.accumulate(G + layout_.wte(), head_grad_.data(), head_grad_.size());
-    std::fill(head_grad_.begin(), head_grad_.end(), 0.0f);
+    be.accumulate(g(layout_.wte()), head_grad_, V * C, be.gradient_dtype());
+    device_.zero(head_grad_, V * C * grad_bytes_);
   }
-  notify(layout_.embeddings());
-}
-
-std::size_t Gpt::activation_bytes() const {
-  std::size_t floats = embedded_.capacity() + head_grad_.capacity() + lnf_.capacity() + lnf_mean_.capacity() + lnf_rstd_.capacity() +
-                       logits_.capacity() + losses_.capacity() + d_stream_.capacity() + d_ln_.capacity() +
-                       d_qkv_.capacity() + d_atty_.capacity() + d_fch_.capacity() + d_fch_gelu_.capacity();
-  for (const LayerActivations& a : layers_)
-    for (const std::vector<float>* v : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.probs, &a.atty, &a.res2, &a.ln2,
-                                        &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.out})
-      floats += v->capacity();
-  return floats * sizeof(float) + (inputs_.capacity() + targets_.capacity()) * sizeof(std::int32_t);
+  notify(emb);
 }
 
 }  // namespace dptrain

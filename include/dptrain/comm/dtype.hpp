@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "dptrain/core/dtype.hpp"
+#include "dptrain/core/reduce_add.hpp"
 
 namespace dptrain {
 
@@ -16,8 +17,5 @@ DType parse_dtype(std::string_view name, std::string_view flag = "--grad-dtype")
 // a compute Backend's reduce_add, or (later) with a device kernel; the collectives never touch element values.
 using ReduceAdd = std::function<void(void* accumulate, const void* incoming, std::size_t count, DType dtype)>;
 
-// Host reduce-add: adds in fp32 and stores in the dtype. For BF16 every call rounds once,
-// acc = to_bf16(to_float(acc) + to_float(in)), which is exactly what NCCL does per hop of a ring.
-void host_reduce_add(void* accumulate, const void* incoming, std::size_t count, DType dtype);
 
 }  // namespace dptrain

@@ -1,13 +1,24 @@
-// The compute Backend: every operation the GPT model needs, forward and backward, plus AdamW and the casts the
-// gradient path needs. Pointers are the backend's memory (host for `cpu`). Activations and weights are fp32
-// views (BF16 weights are expanded once per use; the values are BF16 values); gradients accumulate (+=) in fp32.
-// N = rows (windows × positions), C = channels, OC = output channels. Shapes are row-major.
+// The compute Backend: every operation the GPT model needs, forward and backward, plus AdamW, casts, the ring's
+// reduce-add and the squared norm, on the memory of its Device. N = rows (windows × positions), C = channels,
+// OC = output channels; shapes are row-major.
+//
+// Every pointer is device memory. Three kinds of arrays:
+//   activations  in activation_dtype() (fp32 on cpu; BF16 on a GPU), `void*` below;
+//   weights      the "compute weights" a view made by acquire_weights() gives (a BF16 backend reads the BF16
+//                weights where they are; the cpu one multiplies fp32 and expands them into a mirror it keeps);
+//   gradients    parameter gradients accumulate (+=) in gradient_dtype() (fp32 on cpu).
+// LayerNorm statistics and per-position losses are fp32, tokens int32, the step's accumulators double.
+// No operation returns a value to the host: the loss sum and the squared gradient norm are added into device
+// accumulators that the caller reads once per step.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "dptrain/compute/device.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/dtype.hpp"
 
@@ -19,73 +30,97 @@ struct AdamWParams {
   float grad_scale = 1.0f;   // multiplies every gradient first (clipping)
 };
 
+// What a backend promises about the bits it computes; tests check the bitwise claims only where promised.
+struct BackendGuarantees {
+  bool repeatable = false;          // the same inputs give the same bits, run after run
+  bool micro_batch_invariant = false;  // a window's gradient terms do not depend on the other windows of a batch
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  virtual Device& device() = 0;
+  virtual DType activation_dtype() const = 0;
+  virtual DType weight_dtype() const = 0;  // of the compute weights (acquire_weights)
+  virtual DType gradient_dtype() const = 0;
+  virtual BackendGuarantees guarantees() const = 0;
 
+  // ---- compute weights --------------------------------------------------------------------------------------
+  // Room for `views` live views of up to `elements` weights each, reserved once (no allocation in the step).
+  virtual void reserve_weight_views(std::size_t elements, int views) = 0;
+  // The BF16 weights w[n] as the operations read them; valid until released. `w` must stay unchanged meanwhile.
+  virtual const void* acquire_weights(const bf16* w, std::size_t n) = 0;
+  virtual void release_weights(const void* view) = 0;
+  // Bytes the views occupy (the cpu backend's fp32 mirror; 0 where the weights are read in place).
+  virtual std::size_t weight_view_bytes() const = 0;
+
+  // ---- the model's operations -------------------------------------------------------------------------------
   // out[N,C] = wte[token] + wpe[position]; tokens [N] with N = windows·T, position = row % T.
-  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+  virtual void embedding_forward(void* out, const std::int32_t* tokens, const void* wte, const void* wpe,
                                  std::size_t N, std::size_t T, std::size_t C) = 0;
   // dwte[V,C] += scatter of dout by token; dwpe[T,C] += dout summed over windows.
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+  virtual void embedding_backward(void* dwte, void* dwpe, const void* dout, const std::int32_t* tokens,
                                   std::size_t N, std::size_t T, std::size_t C) = 0;
 
   // out[N,C] = (in − mean)·rstd·w + b; mean, rstd [N] saved for backward. eps 1e-5.
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* w,
-                                 const float* b, std::size_t N, std::size_t C) = 0;
-  virtual void layernorm_backward(float* din, float* dw, float* db, const float* dout, const float* in,
-                                  const float* w, const float* mean, const float* rstd, std::size_t N,
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* w,
+                                 const void* b, std::size_t N, std::size_t C) = 0;
+  // din[N,C] += ∂/∂in; dw[C], db[C] += their gradients.
+  virtual void layernorm_backward(void* din, void* dw, void* db, const void* dout, const void* in,
+                                  const void* w, const float* mean, const float* rstd, std::size_t N,
                                   std::size_t C) = 0;
 
   // out[N,OC] = in[N,C] · w[OC,C]ᵀ + bias[OC] (bias may be null).
-  virtual void matmul_forward(float* out, const float* in, const float* w, const float* bias, std::size_t N,
+  virtual void matmul_forward(void* out, const void* in, const void* w, const void* bias, std::size_t N,
                               std::size_t T, std::size_t C, std::size_t OC) = 0;
-  // din[N,C] += dout·w; dw[OC,C] += doutᵀ·in; dbias[OC] += Σ_rows dout (dbias may be null).
+  // din[N,C] += dout·w (din may be null); dw[OC,C] += doutᵀ·in; dbias[OC] += Σ_rows dout (dbias may be null).
   //
   // Both work window by window (T rows at a time, N a multiple of T), and the parameter gradients are summed into
   // dw and dbias in window order: a window's rows get the same bits whatever else is in the batch (a GEMM library
   // may pick another kernel for another row count), so a batch split into micro-batches gets bitwise the same
-  // gradient as the batch in one piece.
-  virtual void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in,
-                               const float* w, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) = 0;
+  // gradient as the batch in one piece (where guarantees().micro_batch_invariant).
+  virtual void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in,
+                               const void* w, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) = 0;
   // Causal multi-head attention. qkv[B,T,3C] (q | k | v, heads of C/NH contiguous in each), probs[B,NH,T,T],
-  // out[B,T,C].
-  virtual void attention_forward(float* out, float* probs, const float* qkv, std::size_t B, std::size_t T,
+  // out[B,T,C]. Backward: dqkv += ∂/∂qkv.
+  virtual void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T,
                                  std::size_t C, std::size_t NH) = 0;
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
+  virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs,
                                   std::size_t B, std::size_t T, std::size_t C, std::size_t NH) = 0;
 
-  // Tanh-approximate GELU, elementwise over n.
-  virtual void gelu_forward(float* out, const float* in, std::size_t n) = 0;
-  virtual void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) = 0;
+  // Tanh-approximate GELU, elementwise over n. Backward: din += dout·gelu'(in).
+  virtual void gelu_forward(void* out, const void* in, std::size_t n) = 0;
+  virtual void gelu_backward(void* din, const void* in, const void* dout, std::size_t n) = 0;
 
-  // out = a + b, elementwise over n (out may alias a).
-  virtual void add(float* out, const float* a, const float* b, std::size_t n) = 0;
-  // out += a, elementwise (the backward of a residual branch).
-  virtual void accumulate(float* out, const float* a, std::size_t n) = 0;
+  // out[n] += a[n], both in `dtype` (activations: the residual branch's backward; gradients: folding a term in).
+  virtual void accumulate(void* out, const void* a, std::size_t n, DType dtype) = 0;
 
-  // logits[N,V] becomes softmax probabilities in place; losses[N] = −log p[target]. Returns Σ losses (double).
-  virtual double softmax_cross_entropy_forward(float* logits, float* losses, const std::int32_t* targets,
-                                               std::size_t N, std::size_t V) = 0;
-  // probs[N,V] becomes dlogits in place: (p − onehot(target))·dloss.
-  virtual void softmax_cross_entropy_backward(float* probs, const std::int32_t* targets, float dloss,
+  // logits[N,V] become softmax probabilities in place; losses[N] = −log p[target]; *loss_sum += Σ losses (in
+  // row order, in double).
+  virtual void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets,
+                                             std::size_t N, std::size_t V, double* loss_sum) = 0;
+  // probs[N,V] become dlogits in place: (p − onehot(target))·dloss.
+  virtual void softmax_cross_entropy_backward(void* probs, const std::int32_t* targets, float dloss,
                                               std::size_t N, std::size_t V) = 0;
 
-  // Casts between the gradient/weight storage types and fp32.
-  virtual void cast(const float* in, bf16* out, std::size_t n) = 0;
-  virtual void cast(const bf16* in, float* out, std::size_t n) = 0;
-  // acc[n] (dtype) += incoming[n] (dtype), adding in fp32 and storing in dtype: one hop of a ring.
+  // ---- gradients and the optimizer --------------------------------------------------------------------------
+  // out[n] (to) = in[n] (from): a copy when the types agree, else fp32 → BF16 by round-to-nearest-even or
+  // BF16 → fp32 exactly.
+  virtual void cast(const void* in, DType from, void* out, DType to, std::size_t n) = 0;
+  // acc[n] += incoming[n] in `dtype`, adding in fp32 and storing in dtype: one hop of a ring.
   virtual void reduce_add(void* acc, const void* incoming, std::size_t n, DType dtype) = 0;
-  // Σ g² in double of a gradient range (for the global norm).
-  virtual double sum_of_squares(const void* grad, std::size_t n, DType dtype) = 0;
-
+  // *acc += Σ g² (double) over grad[n]: for the global norm.
+  virtual void sum_of_squares(const void* grad, std::size_t n, DType dtype, double* acc) = 0;
   // One AdamW step on n parameters of one tensor (or a slice of it): master/m/v fp32, grad in dtype, then
   // weights (BF16) = round(master). Decoupled weight decay p.weight_decay (0 for biases and norms).
   virtual void adamw(float* master, float* m, float* v, bf16* weights, const void* grad, DType dtype,
                      std::size_t n, const AdamWParams& p) = 0;
 };
 
+// The backends this build has ("cpu", and "cuda" where built with it), and one by name (UserError if unknown).
+std::vector<std::string> backend_names();
+std::unique_ptr<Backend> make_backend(std::string_view name);
 std::unique_ptr<Backend> make_cpu_backend();
 
 }  // namespace dptrain

@@ -1,11 +1,13 @@
-// The GPT-2 computation graph (forward and backward) written once over the Backend's operations. Owns the
-// activations of up to `max_windows` windows. Weights and gradients are flat fp32 buffers laid out by the
-// ParameterLayout.
+// The GPT-2 computation graph (forward and backward) written once over the Backend's operations. Its activations
+// and backward scratch for up to `max_windows` windows live in one ActivationArena on the backend's device.
+// Weights come range by range from a WeightAccess (the flat buffer's units may live apart: ZeRO-3 gathers one
+// unit at a time); gradients accumulate into one flat buffer [N] in the backend's gradient dtype.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "dptrain/compute/activation_arena.hpp"
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/model/layout.hpp"
 
@@ -15,55 +17,75 @@ namespace dptrain {
 // completes them: final norm, block L−1 … block 0, embeddings (the tied wte gets its last term there).
 using GradientReady = std::function<void(FlatRange)>;
 
-// Called just before a pass reads the weights of a range: forward asks for the embeddings, blocks 0 … L−1, the
-// final norm and the embeddings again (the tied head); backward for the embeddings (head), the final norm and
-// blocks L−1 … 0. The embedding lookup's backward reads no weights. ZeRO-3 gathers the weights here.
-using WeightsNeeded = std::function<void(FlatRange)>;
+// Where a pass finds the weights. acquire(range) returns the range's compute weights (Backend::acquire_weights),
+// the element at flat offset f being at element f − range.begin; release(range) says the pass will not read them
+// again. Forward acquires the embeddings, blocks 0 … L−1, the final norm and the embeddings again (the tied head);
+// backward the embeddings (head), the final norm and blocks L−1 … 0 (the embedding lookup's backward reads no
+// weights). Each acquire is released before the next range is acquired, except the embeddings' first one in
+// forward, which the head's use releases with its own.
+struct WeightAccess {
+  std::function<const void*(FlatRange)> acquire;
+  std::function<void(FlatRange)> release = [](FlatRange) {};
+};
+
+// Compute weights of the whole flat buffer [N] in one view (replicated weights).
+WeightAccess whole_weights(const void* view, DType dtype);
 
 class Gpt {
  public:
   Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_windows);
 
-  // windows [n, Q+1] tokens: inputs are [:, :Q], targets [:, 1:]. Returns Σ of the n·Q position losses.
-  double forward(const float* weights, const std::int32_t* windows, std::size_t n, const WeightsNeeded& needed = {});
+  // windows [n, Q+1] tokens on the host: inputs are [:, :Q], targets [:, 1:]. Adds the Σ of the n·Q position
+  // losses into *loss_sum (device memory).
+  void forward(const std::int32_t* windows, std::size_t n, const WeightAccess& weights, double* loss_sum);
 
-  // Adds dloss·∂(Σ losses)/∂weights into grads [N] for the windows of the last forward(). Once per forward():
-  // the saved probabilities become the logits' gradient in place.
+  // Adds dloss·∂(Σ losses)/∂weights into grads [N] (device, gradient dtype) for the windows of the last forward().
+  // Once per forward(): the saved probabilities become the logits' gradient in place.
   // Gradient accumulation: micro-steps pass completes_gradient = false except the last, which folds in the tied
   // head's term of wte (kept apart until then; see gpt.cpp).
-  void backward(const float* weights, float* grads, float dloss, const GradientReady& ready = {},
-                const WeightsNeeded& needed = {}, bool completes_gradient = true);
+  void backward(const WeightAccess& weights, void* grads, float dloss, const GradientReady& ready = {},
+                bool completes_gradient = true);
 
-  // Bytes of the activations and backward scratch this model holds (for the memory summary).
-  std::size_t activation_bytes() const;
-
+  // The arena's table and size (for the memory summary).
+  const ActivationArena& activations() const { return arena_; }
+  std::size_t activation_bytes() const { return arena_.bytes(); }
   std::size_t max_windows() const { return max_windows_; }
 
  private:
   struct LayerActivations {
-    std::vector<float> ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
-    std::vector<float> qkv;                      // [N,3C]
-    std::vector<float> probs;                    // [B,NH,T,T]
-    std::vector<float> atty;                     // [N,C] attention output before its projection
-    std::vector<float> res2;                     // [N,C] stream after the attention branch
-    std::vector<float> ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
-    std::vector<float> fch, fch_gelu;            // [N,4C]
-    std::vector<float> out;                      // [N,C] stream after the MLP branch (the block's output)
+    void* ln1;                     // [N,C]
+    float *ln1_mean, *ln1_rstd;    // [N]
+    void* qkv;                     // [N,3C]
+    void* probs;                   // [B,NH,T,T]
+    void* atty;                    // [N,C] attention output before its projection
+    void* res2;                    // [N,C] stream after the attention branch
+    void* ln2;                     // [N,C]
+    float *ln2_mean, *ln2_rstd;    // [N]
+    void *fch, *fch_gelu;          // [N,4C]
+    void* out;                     // [N,C] stream after the MLP branch (the block's output)
   };
+
+  void* grad_at(void* grads, std::size_t offset) const;
 
   const ParameterLayout& layout_;
   Backend& backend_;
+  Device& device_;
   std::size_t max_windows_;
   std::size_t n_ = 0;  // windows of the last forward
+  std::size_t act_bytes_, grad_bytes_;  // element sizes of activations and gradients
 
-  std::vector<std::int32_t> inputs_, targets_;  // [N]
-  std::vector<float> embedded_;                 // [N,C] block 0's input
+  ActivationArena arena_;
+  std::int32_t *inputs_, *targets_;  // [N]
+  void* embedded_;                   // [N,C] block 0's input
   std::vector<LayerActivations> layers_;
-  std::vector<float> lnf_, lnf_mean_, lnf_rstd_;  // [N,C], [N], [N]
-  std::vector<float> logits_, losses_;            // [N,V] (probabilities after forward), [N]
-  std::vector<float> head_grad_;                  // [V,C] the LM head's term of wte's gradient, until folded in
+  void* lnf_;                        // [N,C]
+  float *lnf_mean_, *lnf_rstd_;      // [N]
+  void* logits_;                     // [N,V] (probabilities after forward, dlogits after backward)
+  float* losses_;                    // [N]
+  void* head_grad_;                  // [V,C] gradient dtype: the LM head's term of wte's gradient until folded in
   // Backward scratch: the residual stream's gradient and one buffer per branch activation.
-  std::vector<float> d_stream_, d_ln_, d_qkv_, d_atty_, d_fch_, d_fch_gelu_;
+  void *d_stream_, *d_ln_, *d_qkv_, *d_atty_, *d_fch_, *d_fch_gelu_;
+  std::vector<std::int32_t> host_tokens_;  // [2N] inputs then targets, staged for one upload
 };
 
 }  // namespace dptrain

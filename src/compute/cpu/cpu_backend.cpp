@@ -1,6 +1,7 @@
 // The CPU backend: OpenBLAS sgemm for every matrix product (attention included, one product per head), plain
-// loops with OpenMP elsewhere. Every reduction runs in a fixed order for a given thread count, so a run is
-// bitwise repeatable.
+// loops with OpenMP elsewhere, on the cpu Device (host memory). Activations, compute weights and gradients are
+// fp32: BF16 weights are expanded into an fp32 mirror (the weight views). Every reduction runs in a fixed order for
+// a given thread count, so a run is bitwise repeatable.
 #include <cblas.h>
 #include <omp.h>
 
@@ -12,6 +13,7 @@
 
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/core/error.hpp"
+#include "dptrain/core/reduce_add.hpp"
 
 namespace dptrain {
 namespace {
@@ -32,12 +34,57 @@ struct HeadLayout {
   std::size_t probs(std::size_t bh) const { return bh * T * T; }
 };
 
+float* f(void* p) { return static_cast<float*>(p); }
+const float* f(const void* p) { return static_cast<const float*>(p); }
+
 class CpuBackend final : public Backend {
  public:
-  std::string name() const override { return "cpu"; }
+  CpuBackend() : device_(make_cpu_device()) {}
 
-  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+  std::string name() const override { return "cpu"; }
+  Device& device() override { return *device_; }
+  DType activation_dtype() const override { return DType::f32; }
+  DType weight_dtype() const override { return DType::f32; }
+  DType gradient_dtype() const override { return DType::f32; }
+  // OpenBLAS picks its kernel by shape, not by timing, and every loop below sums in a fixed order; GEMMs run
+  // window by window (matmul_backward), so a batch split into micro-batches gives the same bits.
+  BackendGuarantees guarantees() const override { return {.repeatable = true, .micro_batch_invariant = true}; }
+
+  void reserve_weight_views(std::size_t elements, int views) override {
+    DP_ASSERT(in_use_.empty() || std::none_of(in_use_.begin(), in_use_.end(), [](bool b) { return b; }));
+    mirrors_.clear();
+    for (int i = 0; i < views; ++i) mirrors_.emplace_back(*device_, elements * sizeof(float));
+    in_use_.assign(std::size_t(views), false);
+    view_elements_ = elements;
+  }
+
+  const void* acquire_weights(const bf16* w, std::size_t n) override {
+    DP_ASSERT(n <= view_elements_);
+    for (std::size_t i = 0; i < mirrors_.size(); ++i) {
+      if (in_use_[i]) continue;
+      in_use_[i] = true;
+      to_float(w, mirrors_[i].as<float>(), n);
+      return mirrors_[i].data();
+    }
+    throw std::logic_error("cpu backend: every reserved weight view is in use");
+  }
+
+  void release_weights(const void* view) override {
+    for (std::size_t i = 0; i < mirrors_.size(); ++i)
+      if (mirrors_[i].data() == view) {
+        DP_ASSERT(in_use_[i]);
+        in_use_[i] = false;
+        return;
+      }
+    throw std::logic_error("cpu backend: release of a weight view it did not hand out");
+  }
+
+  std::size_t weight_view_bytes() const override { return mirrors_.size() * view_elements_ * sizeof(float); }
+
+  void embedding_forward(void* out_, const std::int32_t* tokens, const void* wte_, const void* wpe_,
                          std::size_t N, std::size_t T, std::size_t C) override {
+    float* out = f(out_);
+    const float *wte = f(wte_), *wpe = f(wpe_);
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
       const float* e = wte + std::size_t(tokens[i]) * C;
@@ -47,8 +94,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+  void embedding_backward(void* dwte_, void* dwpe_, const void* dout_, const std::int32_t* tokens,
                           std::size_t N, std::size_t T, std::size_t C) override {
+    float *dwte = f(dwte_), *dwpe = f(dwpe_);
+    const float* dout = f(dout_);
     // Parallel over channels: every thread owns whole columns, so repeated tokens never race and the
     // accumulation order (row order) is fixed.
 #pragma omp parallel for schedule(static)
@@ -66,8 +115,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* w, const float* b,
+  void layernorm_forward(void* out_, float* mean, float* rstd, const void* in_, const void* w_, const void* b_,
                          std::size_t N, std::size_t C) override {
+    float* out = f(out_);
+    const float *in = f(in_), *w = f(w_), *b = f(b_);
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
       const float* x = in + i * C;
@@ -85,8 +136,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void layernorm_backward(float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+  void layernorm_backward(void* din_, void* dw_, void* db_, const void* dout_, const void* in_, const void* w_,
                           const float* mean, const float* rstd, std::size_t N, std::size_t C) override {
+    float *din = f(din_), *dw = f(dw_), *db = f(db_);
+    const float *dout = f(dout_), *in = f(in_), *w = f(w_);
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
       const float* d = dout + i * C;
@@ -121,8 +174,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void matmul_forward(float* out, const float* in, const float* w, const float* bias, std::size_t N, std::size_t T,
+  void matmul_forward(void* out_, const void* in_, const void* w_, const void* bias_, std::size_t N, std::size_t T,
                       std::size_t C, std::size_t OC) override {
+    float* out = f(out_);
+    const float *in = f(in_), *w = f(w_), *bias = f(bias_);
     DP_ASSERT(T > 0 && N % T == 0);
     if (bias) {
 #pragma omp parallel for schedule(static)
@@ -133,8 +188,10 @@ class CpuBackend final : public Backend {
                   int(C), bias ? 1.0f : 0.0f, out + row * OC, int(OC));
   }
 
-  void matmul_backward(float* din, float* dw, float* dbias, const float* dout, const float* in, const float* w,
+  void matmul_backward(void* din_, void* dw_, void* dbias_, const void* dout_, const void* in_, const void* w_,
                        std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
+    float *din = f(din_), *dw = f(dw_), *dbias = f(dbias_);
+    const float *dout = f(dout_), *in = f(in_), *w = f(w_);
     DP_ASSERT(T > 0 && N % T == 0);
     for (std::size_t row = 0; row < N; row += T) {
       if (din)
@@ -153,8 +210,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_forward(float* out, float* probs, const float* qkv, std::size_t B, std::size_t T,
+  void attention_forward(void* out_, void* probs_, const void* qkv_, std::size_t B, std::size_t T,
                          std::size_t C, std::size_t NH) override {
+    float *out = f(out_), *probs = f(probs_);
+    const float* qkv = f(qkv_);
     const HeadLayout head(T, C, NH);
     const std::size_t hs = head.hs;
     const float scale = head.scale;
@@ -187,8 +246,10 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs, std::size_t B,
+  void attention_backward(void* dqkv_, const void* dout_, const void* qkv_, const void* probs_, std::size_t B,
                           std::size_t T, std::size_t C, std::size_t NH) override {
+    float* dqkv = f(dqkv_);
+    const float *dout = f(dout_), *qkv = f(qkv_), *probs = f(probs_);
     const HeadLayout head(T, C, NH);
     const std::size_t hs = head.hs;
     const float scale = head.scale;
@@ -227,7 +288,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void gelu_forward(float* out, const float* in, std::size_t n) override {
+  void gelu_forward(void* out_, const void* in_, std::size_t n) override {
+    float* out = f(out_);
+    const float* in = f(in_);
 #pragma omp parallel for simd schedule(static)
     for (std::size_t i = 0; i < n; ++i) {
       const float x = in[i];
@@ -235,7 +298,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override {
+  void gelu_backward(void* din_, const void* in_, const void* dout_, std::size_t n) override {
+    float* din = f(din_);
+    const float *in = f(in_), *dout = f(dout_);
 #pragma omp parallel for simd schedule(static)
     for (std::size_t i = 0; i < n; ++i) {
       const float x = in[i];
@@ -245,18 +310,17 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void add(float* out, const float* a, const float* b, std::size_t n) override {
-#pragma omp parallel for simd schedule(static)
-    for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-  }
-
-  void accumulate(float* out, const float* a, std::size_t n) override {
+  void accumulate(void* out_, const void* a_, std::size_t n, DType dtype) override {
+    DP_ASSERT(dtype == DType::f32);
+    float* out = f(out_);
+    const float* a = f(a_);
 #pragma omp parallel for simd schedule(static)
     for (std::size_t i = 0; i < n; ++i) out[i] += a[i];
   }
 
-  double softmax_cross_entropy_forward(float* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                       std::size_t V) override {
+  void softmax_cross_entropy_forward(void* logits_, float* losses, const std::int32_t* targets, std::size_t N,
+                                     std::size_t V, double* loss_sum) override {
+    float* logits = f(logits_);
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
       float* row = logits + i * V;
@@ -272,11 +336,12 @@ class CpuBackend final : public Backend {
     }
     double total = 0.0;
     for (std::size_t i = 0; i < N; ++i) total += losses[i];
-    return total;
+    *loss_sum += total;
   }
 
-  void softmax_cross_entropy_backward(float* probs, const std::int32_t* targets, float dloss, std::size_t N,
+  void softmax_cross_entropy_backward(void* probs_, const std::int32_t* targets, float dloss, std::size_t N,
                                       std::size_t V) override {
+    float* probs = f(probs_);
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
       float* row = probs + i * V;
@@ -285,21 +350,21 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void cast(const float* in, bf16* out, std::size_t n) override { to_bf16(in, out, n); }
-  void cast(const bf16* in, float* out, std::size_t n) override { to_float(in, out, n); }
-
-  void reduce_add(void* acc, const void* incoming, std::size_t n, DType dtype) override {
-    if (dtype == DType::f32) {
-      accumulate(static_cast<float*>(acc), static_cast<const float*>(incoming), n);
-      return;
+  void cast(const void* in, DType from, void* out, DType to, std::size_t n) override {
+    if (from == to) {
+      std::memcpy(out, in, n * element_size(from));
+    } else if (from == DType::f32) {
+      to_bf16(f(in), static_cast<bf16*>(out), n);
+    } else {
+      to_float(static_cast<const bf16*>(in), f(out), n);
     }
-    auto* a = static_cast<bf16*>(acc);
-    const auto* b = static_cast<const bf16*>(incoming);
-#pragma omp simd
-    for (std::size_t i = 0; i < n; ++i) a[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
   }
 
-  double sum_of_squares(const void* grad, std::size_t n, DType dtype) override {
+  void reduce_add(void* acc, const void* incoming, std::size_t n, DType dtype) override {
+    host_reduce_add(acc, incoming, n, dtype);
+  }
+
+  void sum_of_squares(const void* grad, std::size_t n, DType dtype, double* acc) override {
     // Fixed-size blocks summed in order: the same result for any thread count.
     constexpr std::size_t kBlock = 4096;
     const std::size_t blocks = (n + kBlock - 1) / kBlock;
@@ -316,7 +381,7 @@ class CpuBackend final : public Backend {
     }
     double total = 0.0;
     for (double s : partial) total += s;
-    return total;
+    *acc += total;
   }
 
   void adamw(float* master, float* m, float* v, bf16* weights, const void* grad, DType dtype, std::size_t n,
@@ -335,6 +400,12 @@ class CpuBackend final : public Backend {
       weights[i] = to_bf16(master[i]);
     }
   }
+
+ private:
+  std::unique_ptr<Device> device_;
+  std::vector<Buffer> mirrors_;  // the weight views, view_elements_ fp32 each
+  std::vector<bool> in_use_;
+  std::size_t view_elements_ = 0;
 };
 
 }  // namespace
