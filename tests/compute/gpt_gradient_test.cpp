@@ -1,6 +1,10 @@
 // The whole model's backward against central finite differences of its own forward (Σ of the position losses),
 // on a tiny configuration: every coordinate of every parameter tensor, a directional derivative along a random
-// direction over all parameters, the dloss scaling and += semantics, and the GradientReady protocol.
+// direction over all parameters, the dloss scaling and += semantics, the GradientReady protocol, and the bitwise
+// promises of BackendGuarantees (repeatability, micro-batch invariance). Run on every backend of the factory; the
+// finite-difference checks need fp32 activations, the bitwise ones the backend's promise (skipped otherwise).
+// The weights are uploaded directly as compute weights in weight_dtype() (whole_weights over that array), not
+// through a BF16 view: the differences perturb them by steps finer than BF16 resolves.
 #include "dptrain/compute/gpt.hpp"
 
 #include <fmt/format.h>
@@ -11,6 +15,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "backend_fixture.hpp"
 #include "gradient_check.hpp"
 
 namespace dptrain {
@@ -57,23 +62,52 @@ std::vector<float> trained_like_weights(const ParameterLayout& layout, std::uint
   return w;
 }
 
-class GptGradient : public ::testing::Test {
+class GptGradient : public test::BackendTest<> {
  protected:
   ParameterLayout layout{tiny_config()};
-  std::unique_ptr<Backend> be = make_cpu_backend();
   Gpt gpt{layout, *be, kWindowCount};
   std::vector<float> weights = trained_like_weights(layout, 31337);
+  test::DeviceArray device_weights{device(), wt(), layout.total()};
 
-  double loss() { return gpt.forward(weights.data(), kWindows.data(), kWindowCount); }
+  // The compute weights: `weights` as uploaded by the last forward().
+  WeightAccess access() const { return whole_weights(device_weights.data(), wt()); }
+
+  // Σ of the position losses of the first n windows, with the current host weights.
+  double forward(std::size_t n) {
+    device_weights.upload(weights);
+    test::DeviceScalar loss_sum(device());
+    gpt.forward(kWindows.data(), n, access(), loss_sum.data());
+    return loss_sum.value();
+  }
+  double loss() { return forward(kWindowCount); }
+  void backward(test::DeviceArray& grads, float dloss, const GradientReady& ready = {}) {
+    gpt.backward(access(), grads.data(), dloss, ready);
+  }
 
   // ∂(Σ losses)/∂W from backward, as the increment it adds to a buffer of random values.
   std::vector<double> analytic_gradient() {
     std::mt19937 rng(5);
     const auto before = uniform(rng, layout.total(), -1, 1);
-    auto grads = before;
+    auto grads = gradients(before);
     loss();
-    gpt.backward(weights.data(), grads.data(), 1.0f);
-    return test::added(grads, before);
+    backward(grads, 1.0f);
+    return test::added(grads.download(), before);
+  }
+
+  // The gradient of the batch split into micro-batches of the given numbers of windows (one forward and backward
+  // each, the last completing the gradient), from zero.
+  std::vector<float> gradient_in_pieces(const std::vector<std::size_t>& pieces) {
+    device_weights.upload(weights);
+    auto grads = gradients(std::vector(layout.total(), 0.0f));
+    const std::size_t window = std::size_t(layout.config().seq) + 1;
+    std::size_t first = 0;
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+      test::DeviceScalar loss_sum(device());
+      gpt.forward(kWindows.data() + first * window, pieces[k], access(), loss_sum.data());
+      gpt.backward(access(), grads.data(), 1.0f, {}, k + 1 == pieces.size());
+      first += pieces[k];
+    }
+    return grads.download();
   }
 
   double central_difference(std::size_t i, float h) {
@@ -99,7 +133,8 @@ class GptGradient : public ::testing::Test {
 constexpr float kStep = 2e-2f;
 constexpr test::Tolerance kTolerance{1e-3, 1e-3};
 
-TEST_F(GptGradient, EveryCoordinateOfEveryTensor) {
+TEST_P(GptGradient, EveryCoordinateOfEveryTensor) {
+  SKIP_UNLESS(skip_unless_fp32_activations());
   const auto g = analytic_gradient();
   for (const auto& e : layout.entries()) {
     std::vector<double> numeric(e.numel);
@@ -120,7 +155,8 @@ TEST_F(GptGradient, EveryCoordinateOfEveryTensor) {
   }
 }
 
-TEST_F(GptGradient, TiedEmbeddingRowsOfInputAndHeadOnlyTokens) {
+TEST_P(GptGradient, TiedEmbeddingRowsOfInputAndHeadOnlyTokens) {
+  SKIP_UNLESS(skip_unless_fp32_activations());
   // Explicitly: the LM-head-only rows (tokens 9, 10) are non-zero and right, and so are rows used as inputs
   // (tokens 1 and 5, several times), whose gradient is the sum of the head term and the embedding term.
   const auto g = analytic_gradient();
@@ -135,7 +171,8 @@ TEST_F(GptGradient, TiedEmbeddingRowsOfInputAndHeadOnlyTokens) {
   }
 }
 
-TEST_F(GptGradient, DirectionalDerivativeAlongRandomDirection) {
+TEST_P(GptGradient, DirectionalDerivativeAlongRandomDirection) {
+  SKIP_UNLESS(skip_unless_fp32_activations());
   const auto g = analytic_gradient();
   std::mt19937 rng(77);
   std::normal_distribution<double> normal;
@@ -167,45 +204,74 @@ TEST_F(GptGradient, DirectionalDerivativeAlongRandomDirection) {
   EXPECT_GT(std::abs(expected), 0.05 * std::sqrt(gnorm) / std::sqrt(double(d.size())));
 }
 
-TEST_F(GptGradient, BackwardScalesByDlossAndAccumulates) {
+TEST_P(GptGradient, BackwardScalesByDlossExactly) {
+  // Scaling dlogits by a power of two is exact through every (linear) backward op: the same bits, provided the
+  // two forwards and backwards compute the same bits.
+  SKIP_UNLESS(skip_unless_repeatable());
   // The backward turns the saved probabilities into dlogits in place, so each backward needs its own forward.
-  std::vector<float> once(layout.total(), 0.0f), quarter(layout.total(), 0.0f);
+  auto once = gradients(std::vector(layout.total(), 0.0f)), quarter = gradients(std::vector(layout.total(), 0.0f));
   loss();
-  gpt.backward(weights.data(), once.data(), 1.0f);
+  backward(once, 1.0f);
   loss();
-  gpt.backward(weights.data(), quarter.data(), 0.25f);
-  auto twice = once;
+  backward(quarter, 0.25f);
+  const auto g1 = once.download(), g4 = quarter.download();
+  for (std::size_t i = 0; i < g1.size(); ++i) ASSERT_EQ(g4[i], 0.25f * g1[i]) << i;
+}
+
+TEST_P(GptGradient, BackwardAccumulates) {
+  auto grads = gradients(std::vector(layout.total(), 0.0f));
   loss();
-  gpt.backward(weights.data(), twice.data(), 1.0f);
+  backward(grads, 1.0f);
+  const auto once = grads.download();
+  loss();
+  backward(grads, 1.0f);
+  const auto twice = grads.download();
   double max_grad = 0;
   for (float g : once) max_grad = std::max(max_grad, double(std::abs(g)));
   for (std::size_t i = 0; i < once.size(); ++i) {
-    // Scaling dlogits by a power of two is exact through every (linear) backward op: the same bits.
-    ASSERT_EQ(quarter[i], 0.25f * once[i]) << i;
     // Adding onto a full buffer rounds the partial sums differently from adding onto zeros (several terms reach
     // each element, e.g. the three windows' rows of wpe): a few u of the largest component, 1e-5·max|g| ≈ 1e-4,
     // while a backward that overwrote instead of adding would be off by |g|.
-    ASSERT_NEAR(twice[i], 2.0 * once[i], 1e-5 * max_grad) << i;
+    ASSERT_NEAR(twice[i], 2.0 * once[i], test::tolerance(1e-5, grad()) * max_grad) << i;
   }
 }
 
-TEST_F(GptGradient, ForwardIsTheSumOfPositionLosses) {
+TEST_P(GptGradient, ForwardIsTheSumOfPositionLosses) {
   // With every weight zero but the LayerNorm weights, every logit is 0: each of the 15 losses is log V.
   std::fill(weights.begin(), weights.end(), 0.0f);
-  EXPECT_NEAR(loss(), 15 * std::log(11.0), 1e-4);
+  EXPECT_NEAR(loss(), 15 * std::log(11.0), test::tolerance(1e-4, act()));
   // Fewer windows: only the first window's 5 positions.
-  EXPECT_NEAR(gpt.forward(weights.data(), kWindows.data(), 1), 5 * std::log(11.0), 1e-5);
+  EXPECT_NEAR(forward(1), 5 * std::log(11.0), test::tolerance(1e-5, act()));
 }
 
-TEST_F(GptGradient, GradientReadyOrderRangesAndCompleteness) {
+TEST_P(GptGradient, RepeatsBitwise) {
+  SKIP_UNLESS(skip_unless_repeatable());
+  const double first = loss();
+  EXPECT_EQ(loss(), first);
+  EXPECT_EQ(gradient_in_pieces({kWindowCount}), gradient_in_pieces({kWindowCount}));
+}
+
+TEST_P(GptGradient, MicroBatchesGiveBitwiseTheGradientOfTheWholeBatch) {
+  // Gradient accumulation over micro-batches (the tied head's wte term folded in by the last) must give the bits
+  // of the batch in one piece, whatever the split.
+  SKIP_UNLESS(skip_unless_micro_batch_invariant());
+  const auto whole = gradient_in_pieces({kWindowCount});
+  EXPECT_EQ(gradient_in_pieces({1, 1, 1}), whole);
+  EXPECT_EQ(gradient_in_pieces({2, 1}), whole);
+  EXPECT_EQ(gradient_in_pieces({1, 2}), whole);
+}
+
+TEST_P(GptGradient, GradientReadyOrderRangesAndCompleteness) {
   loss();
-  std::vector<float> grads(layout.total(), 0.0f);
+  auto d_grads = gradients(std::vector(layout.total(), 0.0f));
   std::vector<FlatRange> seen;
   std::vector<std::vector<float>> snapshots;
-  gpt.backward(weights.data(), grads.data(), 1.0f, [&](FlatRange r) {
+  backward(d_grads, 1.0f, [&](FlatRange r) {
     seen.push_back(r);
-    snapshots.emplace_back(grads.begin() + r.begin, grads.begin() + r.end);
+    const auto now = d_grads.download();  // waits for the work issued so far
+    snapshots.emplace_back(now.begin() + r.begin, now.begin() + r.end);
   });
+  const auto grads = d_grads.download();
   const int L = layout.config().layers;
   std::vector<FlatRange> expected{layout.final_norm()};
   for (int l = L - 1; l >= 0; --l) expected.push_back(layout.block_range(l));
@@ -240,7 +306,8 @@ TEST_F(GptGradient, GradientReadyOrderRangesAndCompleteness) {
 // Not a check: prints, per tensor, the largest |analytic − numeric| for several steps h, for the plain central
 // difference D(h) and for the extrapolation (4·D(h/2) − D(h))/3; this is how kStep and kTolerance were chosen
 // (truncation error ∝ h² resp. h⁴ on the left of each half of the table, rounding noise ∝ 1/h on the right).
-TEST_F(GptGradient, DISABLED_StepSizeStudy) {
+TEST_P(GptGradient, DISABLED_StepSizeStudy) {
+  SKIP_UNLESS(skip_unless_fp32_activations());
   const auto g = analytic_gradient();
   const std::vector<float> steps{1e-1f, 3e-2f, 2e-2f, 1e-2f, 3e-3f, 1e-3f};
   std::printf("%-24s", "tensor \\ h");
@@ -264,6 +331,8 @@ TEST_F(GptGradient, DISABLED_StepSizeStudy) {
     std::printf("%8.2f\n", max_grad);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, GptGradient, ::testing::ValuesIn(backend_names()), test::TestName());
 
 }  // namespace
 }  // namespace dptrain

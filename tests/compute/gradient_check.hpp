@@ -1,5 +1,6 @@
 // Helpers shared by the compute tests: deterministic random fills and a central finite-difference checker that
-// perturbs fp32 inputs in place and differentiates a double-valued test function.
+// perturbs fp32 host inputs in place and differentiates a double-valued test function (which uploads them to the
+// device and runs the forward there).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -21,7 +22,7 @@ inline std::vector<float> uniform(std::mt19937& rng, std::size_t n, float lo, fl
 }
 
 // Σ out·R in double: the scalar test function whose gradient with respect to `out` is R.
-inline double weighted_sum(const float* out, const std::vector<float>& r) {
+inline double weighted_sum(const std::vector<float>& out, const std::vector<float>& r) {
   double s = 0.0;
   for (std::size_t i = 0; i < r.size(); ++i) s += double(out[i]) * double(r[i]);
   return s;

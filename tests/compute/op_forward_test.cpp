@@ -1,54 +1,67 @@
 // Every Backend forward against a straightforward double-precision reference, plus the properties the model
-// relies on (normalised rows, causal rows summing to one with zeros above the diagonal, stable softmax).
+// relies on (normalised rows, causal rows summing to one with zeros above the diagonal, stable softmax), and the
+// loss accumulator adding (not storing). Run on every backend of the factory (backend_fixture.hpp).
 //
 // Tolerances: an fp32 result built from k rounded operations on values of magnitude M is within ≈ k·u·M of the
 // exact value (u = 2⁻²⁴ ≈ 6e-8); the sizes here keep k·u ≤ 1e-6, so 1e-5 relative to the magnitude of the terms
 // involved leaves a 10× margin and still catches any wrong constant (eps, 1/√d, the GELU coefficients) at the
-// 1e-3 level or above.
-#include <fmt/format.h>
+// 1e-3 level or above. Each bound goes through tol(): the same number of round-offs of the backend's activation
+// dtype (exactly the stated bound on fp32). Inputs are made representable in the dtype they are stored in, so the
+// references see what the device sees.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "dptrain/compute/backend.hpp"
+#include "backend_fixture.hpp"
 #include "gradient_check.hpp"
 
 namespace dptrain {
 namespace {
 
+using test::representable;
+using test::round_to;
 using test::uniform;
 
-constexpr double kU = 0x1p-24;  // fp32 unit round-off
-
-class OpForward : public ::testing::Test {
+template <typename Param>
+class OpForwardTest : public test::BackendTest<Param> {
  protected:
-  std::unique_ptr<Backend> be = make_cpu_backend();
+  // An fp32 bound in round-offs of the activation dtype (backend_fixture.hpp).
+  double tol(double fp32_bound) const { return test::tolerance(fp32_bound, this->act()); }
   std::mt19937 rng{7};
 };
+using OpForward = OpForwardTest<std::string>;
 
-TEST_F(OpForward, EmbeddingAddsTokenAndPositionRows) {
+TEST_P(OpForward, EmbeddingAddsTokenAndPositionRows) {
   const std::size_t T = 5, C = 6, V = 7, N = 3 * T;
   std::vector<std::int32_t> tokens(N);
   for (std::size_t i = 0; i < N; ++i) tokens[i] = std::int32_t((i * 5 + 2) % V);
-  const auto wte = uniform(rng, V * C, -1, 1), wpe = uniform(rng, T * C, -1, 1);
-  std::vector<float> out(N * C);
-  be->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), N, T, C);
+  const auto wte = representable(wt(), uniform(rng, V * C, -1, 1));
+  const auto wpe = representable(wt(), uniform(rng, T * C, -1, 1));
+  auto out = activations(N * C);
+  be->embedding_forward(out.data(), on_device(tokens).data(), compute_weights(wte).data(), compute_weights(wpe).data(),
+                        N, T, C);
+  const auto o = out.download();
   for (std::size_t i = 0; i < N; ++i)
-    for (std::size_t c = 0; c < C; ++c)  // one fp32 addition: bitwise
-      ASSERT_EQ(out[i * C + c], wte[tokens[i] * C + c] + wpe[(i % T) * C + c]) << i << "," << c;
+    for (std::size_t c = 0; c < C; ++c)  // one fp32 addition, stored once: bitwise
+      ASSERT_EQ(o[i * C + c], round_to(act(), wte[tokens[i] * C + c] + wpe[(i % T) * C + c])) << i << "," << c;
 }
 
-TEST_F(OpForward, LayerNormMatchesDoubleReference) {
+TEST_P(OpForward, LayerNormMatchesDoubleReference) {
   const std::size_t N = 5, C = 10;
   auto in = uniform(rng, N * C, -2, 2);
   for (std::size_t c = 0; c < C; ++c) in[4 * C + c] = 3.0f;  // a constant row: variance 0, rstd = 1/√eps
   for (std::size_t c = 0; c < C; ++c) in[3 * C + c] += 100.0f;  // a large offset the mean must remove
-  const auto w = uniform(rng, C, 0.5, 1.5), b = uniform(rng, C, -0.5, 0.5);
-  std::vector<float> out(N * C), mean(N), rstd(N);
-  be->layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), w.data(), b.data(), N, C);
+  in = representable(act(), in);
+  const auto w = representable(wt(), uniform(rng, C, 0.5, 1.5)), b = representable(wt(), uniform(rng, C, -0.5, 0.5));
+  auto d_in = activations(in), d_out = activations(N * C);
+  test::DeviceVector<float> d_mean(device(), N), d_rstd(device(), N);
+  be->layernorm_forward(d_out.data(), d_mean.data(), d_rstd.data(), d_in.data(), compute_weights(w).data(),
+                        compute_weights(b).data(), N, C);
+  auto out = d_out.download(), mean = d_mean.download(), rstd = d_rstd.download();
   for (std::size_t i = 0; i < N; ++i) {
     double m = 0, var = 0;
     for (std::size_t c = 0; c < C; ++c) m += in[i * C + c];
@@ -58,34 +71,40 @@ TEST_F(OpForward, LayerNormMatchesDoubleReference) {
     const double s = 1.0 / std::sqrt(var + 1e-5);
     // A sum of C fp32 values of size |m| is within C·u·|m| of exact; that error of the mean passes into every
     // normalised value times rstd·w. It matters only for the row with offset 100 (≈ 1e-4 there).
-    const double mean_error = C * kU * std::abs(m) + 1e-7;
+    const double mean_error = C * test::kFp32RoundOff * std::abs(m) + 1e-7;
     EXPECT_NEAR(mean[i], m, mean_error) << "row " << i;
     EXPECT_NEAR(rstd[i], s, 1e-5 * s) << "row " << i;
     for (std::size_t c = 0; c < C; ++c)
-      EXPECT_NEAR(out[i * C + c], (in[i * C + c] - m) * s * w[c] + b[c], 1e-5 + mean_error * s * w[c])
+      EXPECT_NEAR(out[i * C + c], (in[i * C + c] - m) * s * w[c] + b[c], tol(1e-5) + mean_error * s * w[c])
           << i << "," << c;
   }
   EXPECT_NEAR(rstd[4], 1.0 / std::sqrt(1e-5), 1e-2);
   for (std::size_t c = 0; c < C; ++c) EXPECT_EQ(out[4 * C + c], b[c]);
 
   // With w = 1, b = 0 every row has mean 0 and variance var/(var + eps) ≈ 1.
-  const std::vector<float> ones(C, 1.0f), zeros(C, 0.0f);
-  be->layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), ones.data(), zeros.data(), N - 1, C);
+  be->layernorm_forward(d_out.data(), d_mean.data(), d_rstd.data(), d_in.data(),
+                        compute_weights(std::vector(C, 1.0f)).data(), compute_weights(std::vector(C, 0.0f)).data(),
+                        N - 1, C);
+  out = d_out.download(), mean = d_mean.download(), rstd = d_rstd.download();
   for (std::size_t i = 0; i + 1 < N; ++i) {
     double m = 0, sq = 0;
     for (std::size_t c = 0; c < C; ++c) m += out[i * C + c], sq += double(out[i * C + c]) * out[i * C + c];
     // As above, the fp32 mean's own error (C·u·|mean|, times rstd) shifts every normalised value.
-    EXPECT_NEAR(m / C, 0.0, 1e-6 + C * kU * std::abs(mean[i]) * rstd[i]) << "row " << i;
-    EXPECT_NEAR(sq / C, 1.0, 1e-4) << "row " << i;  // 1 − eps/var ≥ 1 − 3e-5 for these rows (var ≥ 0.3)
+    EXPECT_NEAR(m / C, 0.0, tol(1e-6) + C * test::kFp32RoundOff * std::abs(mean[i]) * rstd[i]) << "row " << i;
+    EXPECT_NEAR(sq / C, 1.0, tol(1e-4)) << "row " << i;  // 1 − eps/var ≥ 1 − 3e-5 for these rows (var ≥ 0.3)
   }
 }
 
-TEST_F(OpForward, MatmulMatchesDoubleReference) {
+TEST_P(OpForward, MatmulMatchesDoubleReference) {
   const std::size_t N = 6, C = 10, OC = 7;
-  const auto in = uniform(rng, N * C, -1, 1), w = uniform(rng, OC * C, -1, 1), bias = uniform(rng, OC, -1, 1);
+  const auto in = representable(act(), uniform(rng, N * C, -1, 1));
+  const auto w = representable(wt(), uniform(rng, OC * C, -1, 1));
+  const auto bias = representable(wt(), uniform(rng, OC, -1, 1));
+  const auto d_in = activations(in), d_w = compute_weights(w), d_bias = compute_weights(bias);
   for (bool with_bias : {true, false}) {
-    std::vector<float> out(N * OC, 123.0f);  // stale contents that must be overwritten
-    be->matmul_forward(out.data(), in.data(), w.data(), with_bias ? bias.data() : nullptr, N, 3, C, OC);
+    auto d_out = activations(std::vector(N * OC, 123.0f));  // stale contents that must be overwritten
+    be->matmul_forward(d_out.data(), d_in.data(), d_w.data(), with_bias ? d_bias.data() : nullptr, N, 3, C, OC);
+    const auto out = d_out.download();
     for (std::size_t i = 0; i < N; ++i)
       for (std::size_t o = 0; o < OC; ++o) {
         double ref = with_bias ? bias[o] : 0.0, mag = std::abs(ref);
@@ -93,27 +112,29 @@ TEST_F(OpForward, MatmulMatchesDoubleReference) {
           ref += double(in[i * C + c]) * w[o * C + c];
           mag += std::abs(double(in[i * C + c]) * w[o * C + c]);
         }
-        EXPECT_NEAR(out[i * OC + o], ref, 1e-6 * mag) << i << "," << o << " bias " << with_bias;
+        EXPECT_NEAR(out[i * OC + o], ref, tol(1e-6) * mag) << i << "," << o << " bias " << with_bias;
       }
   }
 }
 
-struct AttentionShape {
-  std::size_t B, T, C, NH;
+class AttentionForward : public OpForwardTest<test::AttentionParam> {
+ protected:
+  const test::AttentionShape shape = std::get<1>(GetParam());
+  const std::vector<float> qkv = representable(act(), uniform(rng, shape.B * shape.T * 3 * shape.C, -2, 2));
+
+  // out [B,T,C] and probs [B,NH,T,T] of attention over `input` (probs start as 42: stale contents).
+  std::pair<std::vector<float>, std::vector<float>> attend(const std::vector<float>& input) {
+    const auto [B, T, C, NH] = shape;
+    auto out = activations(B * T * C), probs = activations(std::vector(B * NH * T * T, 42.0f));
+    be->attention_forward(out.data(), probs.data(), activations(input).data(), B, T, C, NH);
+    return {out.download(), probs.download()};
+  }
 };
 
-std::string to_string(const AttentionShape& s) { return fmt::format("B{}_T{}_C{}_NH{}", s.B, s.T, s.C, s.NH); }
-std::string shape_name(const ::testing::TestParamInfo<AttentionShape>& info) { return to_string(info.param); }
-void PrintTo(const AttentionShape& s, std::ostream* os) { *os << to_string(s); }
-
-class AttentionForward : public OpForward, public ::testing::WithParamInterface<AttentionShape> {};
-
 TEST_P(AttentionForward, CausalSoftmaxAndOutput) {
-  const auto [B, T, C, NH] = GetParam();
+  const auto [B, T, C, NH] = shape;
   const std::size_t hs = C / NH;
-  auto qkv = uniform(rng, B * T * 3 * C, -2, 2);
-  std::vector<float> out(B * T * C), probs(B * NH * T * T, 42.0f);
-  be->attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+  const auto [out, probs] = attend(qkv);
   auto at = [&](std::size_t b, std::size_t t, std::size_t part, std::size_t h, std::size_t d) {
     return double(qkv[(b * T + t) * 3 * C + part * C + h * hs + d]);
   };
@@ -130,97 +151,132 @@ TEST_P(AttentionForward, CausalSoftmaxAndOutput) {
         }
         for (double& x : ref) sum += (x = std::exp(x - maxv));
         for (std::size_t j = 0; j <= i; ++j) {
-          EXPECT_NEAR(p[j], ref[j] / sum, 1e-6) << b << "," << h << "," << i << "," << j;
+          EXPECT_NEAR(p[j], ref[j] / sum, tol(1e-6)) << b << "," << h << "," << i << "," << j;
           psum += p[j];
         }
-        EXPECT_NEAR(psum, 1.0, 1e-6);
+        EXPECT_NEAR(psum, 1.0, tol(1e-6));
         for (std::size_t j = i + 1; j < T; ++j) EXPECT_EQ(p[j], 0.0f) << "above the diagonal " << i << "," << j;
         for (std::size_t d = 0; d < hs; ++d) {
           double o = 0;
           for (std::size_t j = 0; j <= i; ++j) o += ref[j] / sum * at(b, j, 2, h, d);
-          EXPECT_NEAR(out[(b * T + i) * C + h * hs + d], o, 1e-5) << b << "," << h << "," << i << "," << d;
+          EXPECT_NEAR(out[(b * T + i) * C + h * hs + d], o, tol(1e-5)) << b << "," << h << "," << i << "," << d;
         }
       }
+}
 
-  // Causality: changing every q, k and v at the last position leaves all earlier outputs bitwise unchanged.
+TEST_P(AttentionForward, LaterPositionsLeaveEarlierOutputsBitwiseUnchanged) {
+  // Causality: changing every q, k and v at the last position leaves all earlier outputs bitwise unchanged —
+  // a claim about bits, so only where the backend computes the same inputs to the same bits.
+  SKIP_UNLESS(skip_unless_repeatable());
+  const auto [B, T, C, NH] = shape;
   auto changed = qkv;
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t k = 0; k < 3 * C; ++k) changed[(b * T + T - 1) * 3 * C + k] *= -3.0f;
-  std::vector<float> out2(out.size());
-  be->attention_forward(out2.data(), probs.data(), changed.data(), B, T, C, NH);
+  const auto out = attend(qkv).first, out2 = attend(changed).first;
   for (std::size_t b = 0; b < B; ++b)
     for (std::size_t k = 0; k < (T - 1) * C; ++k) EXPECT_EQ(out2[b * T * C + k], out[b * T * C + k]);
 }
 
+using test::AttentionShape;
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionForward,
-                         ::testing::Values(AttentionShape{2, 5, 6, 2}, AttentionShape{1, 7, 9, 3},
-                                           AttentionShape{3, 1, 4, 1}, AttentionShape{1, 13, 8, 2}),
-                         shape_name);
+                         test::backends_and(AttentionShape{2, 5, 6, 2}, AttentionShape{1, 7, 9, 3},
+                                            AttentionShape{3, 1, 4, 1}, AttentionShape{1, 13, 8, 2}),
+                         test::TestName());
 
-TEST_F(OpForward, GeluIsTheTanhApproximation) {
+TEST_P(OpForward, GeluIsTheTanhApproximation) {
   // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), values from Python in double. The exact (erf) GELU differs from
   // these by 1e-4 at x = 2 and 4e-4 at x = −3, far outside the 1e-6 tolerance.
   const std::vector<float> x{1.0f, -1.0f, 2.0f, 0.5f, -3.0f, 0.0f};
   const std::vector<double> expected{0.8411919906082768,  -0.15880800939172324, 1.954597694087775,
                                      0.34571400982514394, -0.0036373920817729943, 0.0};
-  std::vector<float> out(x.size());
-  be->gelu_forward(out.data(), x.data(), x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(out[i], expected[i], 1e-6) << "x = " << x[i];
+  auto d_out = activations(x.size());
+  be->gelu_forward(d_out.data(), activations(x).data(), x.size());
+  auto out = d_out.download();
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(out[i], expected[i], tol(1e-6)) << "x = " << x[i];
 
-  auto in = uniform(rng, 101, -6, 6);
-  out.resize(in.size());
-  be->gelu_forward(out.data(), in.data(), in.size());
+  const auto in = representable(act(), uniform(rng, 101, -6, 6));
+  auto d_out2 = activations(in.size());
+  be->gelu_forward(d_out2.data(), activations(in).data(), in.size());
+  out = d_out2.download();
   for (std::size_t i = 0; i < in.size(); ++i) {
     const double v = in[i];
     const double ref = 0.5 * v * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
-    EXPECT_NEAR(out[i], ref, 1e-6 * (1 + std::abs(v))) << "x = " << v;
+    EXPECT_NEAR(out[i], ref, tol(1e-6) * (1 + std::abs(v))) << "x = " << v;
   }
 }
 
-TEST_F(OpForward, AddAndAccumulateAreExactAndMayAlias) {
+TEST_P(OpForward, AccumulateIsExact) {
+  // out += a, once per element in the dtype: bitwise the rounded sum, for activations and gradients alike.
   const std::size_t n = 21;
-  auto a = uniform(rng, n, -1, 1);
-  const auto b = uniform(rng, n, -1, 1);
-  std::vector<float> out(n);
-  be->add(out.data(), a.data(), b.data(), n);
-  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(out[i], a[i] + b[i]);
-  const auto a0 = a;
-  be->add(a.data(), a.data(), b.data(), n);  // out aliases a
-  EXPECT_EQ(a, out);
-  be->accumulate(a.data(), b.data(), n);
-  for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(a[i], (a0[i] + b[i]) + b[i]);
+  for (DType dtype : {act(), grad()}) {
+    const auto a0 = representable(dtype, uniform(rng, n, -1, 1)), b = representable(dtype, uniform(rng, n, -1, 1));
+    test::DeviceArray a(device(), dtype, a0), d_b(device(), dtype, b);
+    be->accumulate(a.data(), d_b.data(), n, dtype);
+    be->accumulate(a.data(), d_b.data(), n, dtype);
+    const auto result = a.download();
+    for (std::size_t i = 0; i < n; ++i)
+      EXPECT_EQ(result[i], round_to(dtype, round_to(dtype, a0[i] + b[i]) + b[i])) << dtype_name(dtype) << " " << i;
+  }
 }
 
-TEST_F(OpForward, SoftmaxCrossEntropyMatchesDoubleReference) {
+TEST_P(OpForward, SoftmaxCrossEntropyMatchesDoubleReference) {
   const std::size_t N = 6, V = 9;
   auto logits = uniform(rng, N * V, -4, 4);
   for (std::size_t j = 0; j < V; ++j) logits[5 * V + j] = 1000.0f + float(j);  // must not overflow
+  logits = representable(act(), logits);
   const std::vector<std::int32_t> targets{0, 8, 3, 3, 1, 5};
-  auto probs = logits;
-  std::vector<float> losses(N);
-  const double total = be->softmax_cross_entropy_forward(probs.data(), losses.data(), targets.data(), N, V);
+  auto d_probs = activations(logits);
+  test::DeviceVector<float> d_losses(device(), N);
+  test::DeviceScalar total(device());
+  be->softmax_cross_entropy_forward(d_probs.data(), d_losses.data(), on_device(targets).data(), N, V, total.data());
+  const auto probs = d_probs.download(), losses = d_losses.download();
   double sum_losses = 0;
   for (std::size_t i = 0; i < N; ++i) {
     double maxv = -1e300, z = 0, psum = 0;
     for (std::size_t j = 0; j < V; ++j) maxv = std::max(maxv, double(logits[i * V + j]));
     for (std::size_t j = 0; j < V; ++j) z += std::exp(logits[i * V + j] - maxv);
     const double loss = maxv + std::log(z) - logits[i * V + targets[i]];
-    EXPECT_NEAR(losses[i], loss, 1e-5 * (1 + loss)) << "row " << i;
+    EXPECT_NEAR(losses[i], loss, tol(1e-5) * (1 + loss)) << "row " << i;
     for (std::size_t j = 0; j < V; ++j) {
-      EXPECT_NEAR(probs[i * V + j], std::exp(logits[i * V + j] - maxv) / z, 1e-6) << i << "," << j;
+      EXPECT_NEAR(probs[i * V + j], std::exp(logits[i * V + j] - maxv) / z, tol(1e-6)) << i << "," << j;
       psum += probs[i * V + j];
     }
-    EXPECT_NEAR(psum, 1.0, 1e-6);
+    EXPECT_NEAR(psum, 1.0, tol(1e-6));
     sum_losses += losses[i];
   }
-  EXPECT_NEAR(total, sum_losses, 1e-12 * sum_losses);
+  EXPECT_NEAR(total.value(), sum_losses, 1e-12 * sum_losses);  // summed in double on every backend
 
   // Equal logits: every loss is log V.
-  std::vector<float> flat(2 * V, 0.5f), flat_losses(2);
-  const std::vector<std::int32_t> t2{0, 4};
-  EXPECT_NEAR(be->softmax_cross_entropy_forward(flat.data(), flat_losses.data(), t2.data(), 2, V),
-              2 * std::log(double(V)), 1e-5);
+  auto flat = activations(std::vector(2 * V, 0.5f));
+  test::DeviceVector<float> flat_losses(device(), 2);
+  test::DeviceScalar flat_total(device());
+  be->softmax_cross_entropy_forward(flat.data(), flat_losses.data(), on_device(std::vector<std::int32_t>{0, 4}).data(),
+                                    2, V, flat_total.data());
+  EXPECT_NEAR(flat_total.value(), 2 * std::log(double(V)), tol(1e-5));
 }
+
+TEST_P(OpForward, LossAccumulatorAdds) {
+  // The loss sum is added into the accumulator, never stored: two forwards onto a non-zero start give the start
+  // plus both sums (micro-steps of gradient accumulation share one accumulator).
+  const std::size_t N = 4, V = 5;
+  const auto logits = representable(act(), uniform(rng, N * V, -3, 3));
+  const auto targets = on_device(std::vector<std::int32_t>{4, 0, 2, 2});
+  test::DeviceVector<float> losses(device(), N);
+  auto forward = [&](test::DeviceScalar& acc) {
+    auto work = activations(logits);  // the forward overwrites the logits with probabilities
+    be->softmax_cross_entropy_forward(work.data(), losses.data(), targets.data(), N, V, acc.data());
+  };
+  test::DeviceScalar once(device());
+  forward(once);
+  const double sum = once.value();
+  EXPECT_GT(sum, 1.0);
+  test::DeviceScalar acc(device(), 10.0);
+  forward(acc);
+  forward(acc);
+  EXPECT_NEAR(acc.value(), 10.0 + 2 * sum, 1e-12 * (10.0 + 2 * sum));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpForward, ::testing::ValuesIn(backend_names()), test::TestName());
 
 }  // namespace
 }  // namespace dptrain

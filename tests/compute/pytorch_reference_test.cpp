@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_fixture.hpp"
 #include "dptrain/compute/gpt.hpp"
 
 namespace dptrain {
@@ -57,11 +58,17 @@ TEST(PytorchReference, SameLossAndGradientAsTorch) {
   std::vector<std::int32_t> windows(n * (c.seq + 1));
   for (auto& t : windows) t = std::int32_t(rng() % c.vocab);
 
-  auto backend = make_cpu_backend();
+  // The cpu backend (PyTorch is its reference), with the fp32 weights torch reads as its compute weights.
+  auto backend = make_backend("cpu");
   Gpt gpt(layout, *backend, n);
-  const double loss = gpt.forward(weights.data(), windows.data(), n) / double(n * c.seq);
-  std::vector<float> grads(layout.total(), 0.0f);
-  gpt.backward(weights.data(), grads.data(), 1.0f / float(n * c.seq));
+  const test::DeviceArray device_weights(backend->device(), backend->weight_dtype(), weights);
+  const WeightAccess access = whole_weights(device_weights.data(), backend->weight_dtype());
+  test::DeviceScalar loss_sum(backend->device());
+  gpt.forward(windows.data(), n, access, loss_sum.data());
+  const double loss = loss_sum.value() / double(n * c.seq);
+  test::DeviceArray device_grads(backend->device(), backend->gradient_dtype(), std::vector(layout.total(), 0.0f));
+  gpt.backward(access, device_grads.data(), 1.0f / float(n * c.seq));
+  const std::vector<float> grads = device_grads.download();
 
   char dir_template[] = "/tmp/dptrain_reference_XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
