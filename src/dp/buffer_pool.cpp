@@ -7,14 +7,14 @@ BufferPool::Buffer BufferPool::acquire(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   auto best = free_.end();
   for (auto it = free_.begin(); it != free_.end(); ++it)
-    if ((*it)->size() >= bytes && (best == free_.end() || (*it)->size() < (*best)->size())) best = it;
+    if ((*it)->bytes() >= bytes && (best == free_.end() || (*it)->bytes() < (*best)->bytes())) best = it;
   if (best != free_.end()) {
     Buffer buffer = std::move(*best);
     free_.erase(best);
     return buffer;
   }
   allocated_ += bytes;
-  return std::make_unique<std::vector<std::byte>>(bytes);
+  return std::make_unique<dptrain::Buffer>(memory_, bytes);
 }
 
 void BufferPool::release(Buffer buffer) {

@@ -64,11 +64,12 @@ std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, 
   if (sharded || rank == 0) {
     // The owned elements without the padding, piece after piece.
     std::vector<float> master, m, v;
+    const OptimizerState state = engine.optimizer_state();
     nlohmann::json ranges = nlohmann::json::array();
     for (const OptimizerPiece& piece : engine.optimizer_pieces()) {
       if (piece.flat.size() == 0) continue;
       ranges.push_back({piece.flat.begin, piece.flat.end});
-      for (auto [to, from] : {std::pair{&master, &engine.master()}, {&m, &engine.adam_m()}, {&v, &engine.adam_v()}})
+      for (auto [to, from] : {std::pair{&master, &state.master}, {&m, &state.m}, {&v, &state.v}})
         to->insert(to->end(), from->begin() + std::ptrdiff_t(piece.at),
                    from->begin() + std::ptrdiff_t(piece.at + piece.flat.size()));
     }
@@ -149,6 +150,7 @@ nlohmann::json load_checkpoint(const std::string& dir, DataParallelEngine& engin
   engine.set_full_weights(weights.data());
 
   // Each shard names its ranges; this rank copies the parts that fall into its own pieces.
+  OptimizerState state = engine.optimizer_state();
   std::size_t wanted = 0, found = 0;
   for (const OptimizerPiece& piece : engine.optimizer_pieces()) wanted += piece.flat.size();
   const nlohmann::json shards = meta.value("optimizer_shards", nlohmann::json::array({"optimizer.safetensors"}));
@@ -181,9 +183,9 @@ nlohmann::json load_checkpoint(const std::string& dir, DataParallelEngine& engin
         const std::size_t lo = std::max(b, piece.flat.begin), hi = std::min(e, piece.flat.end);
         if (lo >= hi) continue;
         const std::size_t from = at + (lo - b), to = piece.at + (lo - piece.flat.begin);
-        std::copy_n(master + from, hi - lo, engine.master().data() + to);
-        std::copy_n(m + from, hi - lo, engine.adam_m().data() + to);
-        std::copy_n(v + from, hi - lo, engine.adam_v().data() + to);
+        std::copy_n(master + from, hi - lo, state.master.data() + to);
+        std::copy_n(m + from, hi - lo, state.m.data() + to);
+        std::copy_n(v + from, hi - lo, state.v.data() + to);
         found += hi - lo;
       }
       at += e - b;
@@ -193,6 +195,7 @@ nlohmann::json load_checkpoint(const std::string& dir, DataParallelEngine& engin
           "checkpoint '{}': its optimizer shards hold {} of the {} elements this rank needs (a shard is missing or "
           "overlaps another)",
           step_dir.string(), found, wanted);
+  engine.set_optimizer_state(state);
   engine.restored(step);
   return meta;
 }

@@ -52,6 +52,7 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   group.rank = world_.rank();
   group.size = world_.size();
   group.sum_scalar = [this](double x) { return world_.sum_in_rank_order(x); };
+  group.max_scalar = [this](double x) { return world_.max_over_ranks({x})[0]; };
   const EngineSettings settings{.grad_dtype = options_.grad_dtype,
                                 .zero_stage = options_.zero,
                                 .bucket_mb = options_.bucket_mb,

@@ -10,8 +10,16 @@
 //   1     | [N]          | [padded]              | own slices [padded/d]
 //   2     | [N]          | own slices            | own slices
 //   3     | own slices   | own slices            | own slices
-// plus, on the CPU backend, fp32 working copies of the weights and of the gradient accumulator [N] each (OpenBLAS
-// multiplies fp32; a BF16 GPU backend has no such copies).
+// plus the gradient accumulator [N] in the backend's gradient dtype (the backward pass adds into it over the
+// micro-steps; each unit is cast to the wire dtype when complete) and the backend's compute views of the weights:
+// on the cpu backend an fp32 mirror of the whole model at stages 0–2, of the units in use (at most two: the
+// embeddings, needed again by the tied head, and one other) at stage 3.
+//
+// Every array lives in the backend's device memory: the host reads and writes them only through download and
+// upload (checkpoints, weight hashes, initialisation), never on the step's path. The engine's code is in three
+// files: engine_state.cpp (the buffers, initialisation, checkpoint access, memory), unit_communication.cpp (the
+// units' collectives on the comm executor, weight gathers and stage 3's weight access) and engine_step.cpp (one
+// step: micro-steps, the global norm, the sharded AdamW update, evaluation).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -22,6 +30,7 @@
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/compute/gpt.hpp"
 #include "dptrain/core/dtype.hpp"
+#include "dptrain/core/memory.hpp"
 #include "dptrain/dp/buffer_pool.hpp"
 #include "dptrain/dp/comm_executor.hpp"
 #include "dptrain/dp/timeline.hpp"
@@ -34,8 +43,9 @@ namespace dptrain {
 struct RankGroup {
   int rank = 0, size = 1;
   Collectives* collectives = nullptr;
-  // Sum of one double per rank, added in rank order so every rank gets the same bits.
+  // Sum of one double per rank, added in rank order so every rank gets the same bits; the largest of them.
   std::function<double(double)> sum_scalar = [](double x) { return x; };
+  std::function<double(double)> max_scalar = [](double x) { return x; };
 };
 
 struct EngineSettings {
@@ -69,20 +79,27 @@ struct OptimizerSettings {
 struct MemoryUse {
   std::size_t weights = 0, gradients = 0, optimizer = 0;
   std::size_t communication = 0;  // staging buffers of the collectives
-  std::size_t activations = 0;    // activations and backward scratch of one micro-batch
-  std::size_t working_copies = 0; // the CPU backend's fp32 weights and gradient accumulator
+  std::size_t activations = 0;    // the activation arena: activations and backward scratch of one micro-batch
+  std::size_t working_copies = 0; // the gradient accumulator and the backend's compute views of the weights
 };
 
 // Where this rank's optimizer state of one unit lives: the flat elements it updates and their first index in
-// master()/adam_m()/adam_v().
+// the optimizer state's arrays.
 struct OptimizerPiece {
   FlatRange flat;
   std::size_t at = 0;
 };
 
+// A host copy of this rank's optimizer state (for checkpoints): fp32 master, m and v, each holding the pieces'
+// elements at their `at`.
+struct OptimizerState {
+  std::vector<float> master, m, v;
+};
+
 class DataParallelEngine {
  public:
-  // local_windows: this rank's windows per step (a multiple of settings.grad_accum).
+  // local_windows: this rank's windows per step (a multiple of settings.grad_accum). The engine reserves the
+  // backend's weight views: one engine per backend.
   DataParallelEngine(const ModelConfig& config, Backend& backend, RankGroup group, EngineSettings settings,
                      std::size_t local_windows);
   ~DataParallelEngine();
@@ -111,11 +128,10 @@ class DataParallelEngine {
   std::vector<bf16> full_weights();
   // Replaces the weights with w [N] (every rank passes the same); stage 3 keeps its own slices.
   void set_full_weights(const bf16* w);
-  // This rank's optimizer state: master, m, v hold the pieces' elements (for checkpoints).
+  // This rank's optimizer state (for checkpoints), downloaded from and uploaded to the device.
   const std::vector<OptimizerPiece>& optimizer_pieces() const { return optimizer_pieces_; }
-  std::vector<float>& master() { return master_; }
-  std::vector<float>& adam_m() { return adam_m_; }
-  std::vector<float>& adam_v() { return adam_v_; }
+  OptimizerState optimizer_state() const;
+  void set_optimizer_state(const OptimizerState& state);
   // After the weights or optimizer state were replaced (checkpoint), at optimizer step `step`.
   void restored(int step);
 
@@ -128,27 +144,36 @@ class DataParallelEngine {
  private:
   bool distributed() const { return group_.size > 1 && group_.collectives; }
   std::size_t wire_bytes() const { return element_size(settings_.grad_dtype); }
+  Device& device() const { return backend_.device(); }
   std::string part_name(FlatRange range) const;
-  void micro_step(const std::int32_t* windows, float dloss, bool last, StepResult& result, double& loss);
-  void gradient_ready(FlatRange range, bool last, StepResult& result);
-  void launch_gradient(std::size_t unit);
-  void* gradient_slice(std::size_t unit);  // this rank's reduced slice of a unit, in the wire dtype
-  double global_grad_norm();
-  void update(const OptimizerSettings& optimizer, float grad_scale, StepResult& result);
+  // -- state (engine_state.cpp)
+  void refresh_compute_weights();  // stages 0–2: a new view of the whole weights after they changed
+  // -- unit communication (unit_communication.cpp)
   // Runs on the comm executor: one collective over a whole padded unit, recorded on the timeline.
   void collective(CollectiveOp op, std::size_t unit, void* data, DType dtype);
   // Blocks the compute thread until a ticket is done; the time counts as exposed communication.
   void wait_for_comm(CommExecutor::Ticket ticket, const char* what);
-  // Weight all-gathers (stages 1–3): own = this rank's slice (own_count real elements, the rest padding).
+  void launch_gradient(std::size_t unit);
+  std::byte* gradient_slice(std::size_t unit);  // this rank's reduced slice of a unit, in the wire dtype
+  // Weight all-gathers (stages 1–3): own = this rank's slice in device memory (own_count real elements, the rest
+  // padding).
   void launch_weight_gather(std::size_t unit, const bf16* own, std::size_t own_count);
   void launch_weight_gather_from_shard(std::size_t unit);  // stage 3
   const bf16* gathered(std::size_t unit);                 // waits; the padded unit [padded]
   void release_gathered(std::size_t unit);
   void take_gathered_weights(std::size_t unit);  // stages 1, 2: the gathered unit into the weights, released
   void gather_all_units(const std::function<void(std::size_t, const bf16*)>& use);  // stage 3
-  // Stage 3: makes sure a range's unit is in the working copy for the current pass, prefetching the next.
-  void weights_needed(FlatRange range, const std::vector<std::size_t>& pass_order);
-  void refresh_compute_weights();
+  // Stage 3: the weight access of one pass (units gathered as the pass reaches them, the next one prefetched,
+  // each released when the pass has moved on to another unit), and the end of a pass.
+  WeightAccess sharded_weights(const std::vector<std::size_t>& pass_order);
+  const void* acquire_unit(FlatRange range, const std::vector<std::size_t>& pass_order);
+  void release_idle_units(std::size_t except);
+  // -- the step (engine_step.cpp)
+  WeightAccess weights_for(const std::vector<std::size_t>& pass_order);
+  void micro_step(const std::int32_t* windows, float dloss, bool last, StepResult& result);
+  void gradient_ready(FlatRange range, bool last, StepResult& result);
+  double global_grad_norm_squared_local();
+  void update(const OptimizerSettings& optimizer, float grad_scale, StepResult& result);
 
   ParameterLayout layout_;
   Backend& backend_;
@@ -159,11 +184,14 @@ class DataParallelEngine {
   std::size_t micro_windows_;
   int optimizer_step_ = 0;
 
-  std::vector<bf16> weights_;                    // [N], stage 3: own slices [shard]
-  std::vector<float> master_, adam_m_, adam_v_;  // [N], stages 1–3: own slices [shard]
-  std::vector<std::byte> gradient_;              // wire dtype: [padded] (stages 0, 1) or own slices [shard]
-  std::vector<OptimizerPiece> optimizer_pieces_; // per unit, launch order
-  std::vector<float> weights_f32_, grads_f32_;   // [N] CPU working copies
+  // Device memory.
+  Buffer weights_;                   // BF16 [N], stage 3: own slices [shard]
+  Buffer master_, adam_m_, adam_v_;  // fp32 [N], stages 1–3: own slices [shard]
+  Buffer gradient_;                  // wire dtype: [padded] (stages 0, 1) or own slices [shard]
+  Buffer gradient_accumulator_;      // backend gradient dtype [N]
+  Buffer accumulators_;              // double [2]: the step's loss sum and this rank's Σ g²
+  std::vector<OptimizerPiece> optimizer_pieces_;  // per unit, launch order
+  const void* whole_view_ = nullptr;  // stages 0–2: the backend's view of weights_
 
   CommExecutor executor_;
   BufferPool staging_;
@@ -171,7 +199,10 @@ class DataParallelEngine {
   // Per unit, launch order: staging buffers in flight and the tickets of their collectives.
   std::vector<BufferPool::Buffer> gradient_staging_, weight_staging_;
   std::vector<CommExecutor::Ticket> gradient_tickets_, weight_tickets_;
-  std::vector<char> present_;                // stage 3: unit gathered for the current pass
+  // Stage 3, per unit: the compute view of its gathered weights while in use, and the pass's acquires of it not
+  // yet released.
+  std::vector<const void*> unit_view_;
+  std::vector<int> unit_uses_;
   std::vector<std::size_t> forward_order_, backward_order_;  // stage 3: units in the order each pass needs them
   double unit_clock_ = 0;                    // when the previous range's gradient completed
   double waited_s_ = 0;                      // exposed communication of the current step
