@@ -8,7 +8,7 @@ std::vector<std::string> backend_names() { return {"cpu"}; }
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   if (name == "cpu") return make_cpu_backend();
-  fail("--device: unknown device '{}' (this build has: cpu)", name);
+  fail("unknown compute backend '{}' (this build has: cpu)", name);
 }
 
 }  // namespace dptrain

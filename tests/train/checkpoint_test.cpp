@@ -56,13 +56,16 @@ TEST(Safetensors, DamagedFilesAreRefused) {
   EXPECT_THROW(read_safetensors(dir / "garbled.safetensors"), UserError);
 }
 
-TEST(Checkpoint, SaveAndLoadRestoreEveryByte) {
+// On every backend of the build (backend_names()).
+class Checkpoint : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Checkpoint, SaveAndLoadRestoreEveryByte) {
   TemporaryDirectory dir("ckpt");
   ModelConfig config{.vocab = 13, .seq = 6, .layers = 2, .width = 8, .heads = 2};
   TrainOptions options;
   options.model = config;
   // One backend per engine: an engine reserves its backend's weight views.
-  auto backend_a = make_cpu_backend(), backend_b = make_cpu_backend(), backend_c = make_cpu_backend();
+  auto backend_a = make_backend(GetParam()), backend_b = make_backend(GetParam()), backend_c = make_backend(GetParam());
   DataParallelEngine a(config, *backend_a, RankGroup{}, EngineSettings{}, 2);
   a.initialise(3);
   std::vector<std::int32_t> windows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1};
@@ -98,6 +101,8 @@ TEST(Checkpoint, SaveAndLoadRestoreEveryByte) {
     EXPECT_NE(std::string(e.what()).find("another model shape"), std::string::npos) << e.what();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, Checkpoint, ::testing::ValuesIn(backend_names()));
 
 }  // namespace
 }  // namespace dptrain

@@ -21,9 +21,12 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
   EXPECT_DOUBLE_EQ(learning_rate(0, 1, 0, 0.3, 0.0), 0.3);
 }
 
-TEST(Engine, TinyModelOverfitsOneBatch) {
+// Every backend of the build (backend_names()) trains through the same engine.
+class Engine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Engine, TinyModelOverfitsOneBatch) {
   ModelConfig config{.vocab = 16, .seq = 8, .layers = 2, .width = 32, .heads = 2};
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(GetParam());
   DataParallelEngine engine(config, *backend, RankGroup{}, EngineSettings{.grad_dtype = DType::f32}, 4);
   engine.initialise(7);
   std::vector<std::int32_t> windows(4 * 9);
@@ -41,6 +44,8 @@ TEST(Engine, TinyModelOverfitsOneBatch) {
   EXPECT_LT(last, 0.05);
   EXPECT_EQ(engine.optimizer_step(), 150);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, Engine, ::testing::ValuesIn(backend_names()));
 
 }  // namespace
 }  // namespace dptrain

@@ -47,9 +47,12 @@ class Backend {
   virtual BackendGuarantees guarantees() const = 0;
 
   // ---- compute weights --------------------------------------------------------------------------------------
-  // Room for `views` live views of up to `elements` weights each, reserved once (no allocation in the step).
+  // Room for `views` live views of up to `elements` weights each, reserved once (no allocation in the step), while
+  // no view is live.
   virtual void reserve_weight_views(std::size_t elements, int views) = 0;
-  // The BF16 weights w[n] as the operations read them; valid until released. `w` must stay unchanged meanwhile.
+  // The BF16 weights w[n] as the operations read them: an array of n elements of weight_dtype(), element i being
+  // w[i] (exactly: BF16 values are fp32 values); valid until released, `w` unchanged meanwhile. Throws
+  // std::logic_error when every reserved view is live, and release_weights when given a pointer it did not hand out.
   virtual const void* acquire_weights(const bf16* w, std::size_t n) = 0;
   virtual void release_weights(const void* view) = 0;
   // Bytes the views occupy (the cpu backend's fp32 mirror; 0 where the weights are read in place).

@@ -2,6 +2,11 @@
 // The compute Device implements Memory (trivially on the CPU); the comm module takes its scratch from the Memory it
 // is given, so collectives work on the buffers of whatever device computes. Every pointer a Memory hands out is
 // that memory's: read and write it only through the Memory (or the device's kernels) unless host_accessible().
+//
+// Ordering: copy and zero are ordered with the device's compute stream (they run after the work issued before
+// them); upload and download are synchronous (they return when the bytes have arrived, after the work issued
+// before them); release may be called once no issued work uses the buffer any more, and a device whose work runs
+// asynchronously makes release wait for (or order itself after) that work.
 #pragma once
 #include <cstddef>
 #include <utility>
