@@ -1,4 +1,5 @@
-// The training loop of dptrain.
+// The training loop of dptrain: set-up, the cross-rank agreement, and the steps with their evaluations, checks
+// and checkpoints (the per-step report is in step_report.cpp, the end-of-run summary in summary_writer.cpp).
 #include "dptrain/train/trainer.hpp"
 
 #include <omp.h>
@@ -11,7 +12,6 @@
 #include <fmt/ranges.h>
 
 #include "dptrain/core/error.hpp"
-#include "dptrain/core/hash.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/train/checkpoint.hpp"
 #include "dptrain/train/memory_report.hpp"

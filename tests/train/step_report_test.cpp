@@ -42,13 +42,8 @@ TEST(StepReport, CallsAreModelledAndQueuedBehindBackward) {
 }
 
 TEST(StepReport, LineAndRecordOfAStep) {
-  StepResult result;
-  result.loss = 5.0;
-  result.grad_norm = 2.0;
-  result.exposed_comm_s = 0.001;
-  result.forward_s = 0.003;
-  result.backward_s = 0.005;
-  result.optimizer_s = 0.001;
+  const StepResult result{.loss = 5.0, .grad_norm = 2.0, .forward_s = 0.003, .backward_s = 0.005,
+                          .optimizer_s = 0.001, .exposed_comm_s = 0.001, .unit_backward_s = {}};
   const StepComm comm{.seconds = 0.002, .model_seconds = 0.003, .exposed_model_seconds = 0.0015, .bytes_sent = 68480};
   const StepReport report = step_report(kRun, 4, 1e-3, 0.01, result, comm, 4.5);
   EXPECT_EQ(report.line,
@@ -91,17 +86,9 @@ TEST(RunSummary, LinesAndRecord) {
   TrainOptions options;
   options.model = tiny;
   options.steps = 30;
-  RunTotals totals;
-  totals.steps = 2;
-  totals.seconds = 0.02;
-  totals.comm = 0.004;
-  totals.comm_model = 0.006;
-  totals.exposed = 0.001;
-  totals.exposed_model = 0.003;
-  totals.bytes_sent = 136960;
-  totals.last_loss = 5.0;
-  totals.last_val = 4.5;
-  totals.collectives[{CollectiveOp::all_reduce, Algorithm::ring, 1000}] = {2, 2000, 2000, 4e-5, 5e-5};
+  const RunTotals totals{.steps = 2, .seconds = 0.02, .comm = 0.004, .comm_model = 0.006, .exposed = 0.001,
+                         .exposed_model = 0.003, .bytes_sent = 136960, .last_loss = 5.0, .last_val = 4.5,
+                         .collectives = {{{CollectiveOp::all_reduce, Algorithm::ring, 1000}, {2, 2000, 2000, 4e-5, 5e-5}}}};
   const LinkSource link{{1e-5, 1e9}, "alpha=10us,bw=1GB/s"};
   const std::vector<double> memory = {1, 2, 3, 4, 5, 6, 7};
   const RunSummary summary = run_summary({.options = options, .run = kRun, .totals = totals, .plan = plan,
