@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<dptrain::Trainer> trainer;
   const int setup = world.agree(
       [&] {
+        world.require_thread_multiple();
         options = dptrain::parse_train_options(argc, argv, world.rank() == 0);
         if (options) trainer = std::make_unique<dptrain::Trainer>(*options, world);
       },

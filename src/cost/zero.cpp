@@ -40,4 +40,15 @@ double zero_bytes_sent_per_step(int stage, double params, int ranks, double grad
          gathers * sent(Collective::ring_all_gather, kWeightBytesPerParam);
 }
 
+double zero_bytes_sent_per_accumulated_step(int stage, double params, int ranks, int micro_steps,
+                                            double gradient_bytes_per_param) {
+  DP_ASSERT(micro_steps >= 1);
+  double bytes = zero_bytes_sent_per_step(stage, params, ranks, gradient_bytes_per_param);
+  if (stage == 3)  // the two weight gathers of one micro-step: stage 3's bytes beyond stage 2's
+    bytes += 2.0 * (micro_steps - 1) *
+             (zero_bytes_sent_per_step(3, params, ranks, gradient_bytes_per_param) -
+              zero_bytes_sent_per_step(2, params, ranks, gradient_bytes_per_param));
+  return bytes;
+}
+
 }  // namespace dptrain::cost

@@ -8,6 +8,7 @@
 
 #include "dptrain/core/atomic_file.hpp"
 #include "dptrain/core/error.hpp"
+#include "dptrain/train/option_table.hpp"
 #include "dptrain/train/safetensors.hpp"
 
 namespace dptrain {
@@ -41,8 +42,8 @@ const TensorRead& expect_tensor(const SafetensorsFile& file, const std::string& 
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options,
-                            const std::function<void()>& barrier) {
-  const int step = engine.optimizer_step(), rank = engine.rank(), ranks = engine.ranks();
+                            int step, const std::function<void()>& barrier) {
+  const int rank = engine.rank(), ranks = engine.ranks();
   const bool sharded = engine.settings().zero_stage > 0 && ranks > 1;
   const std::string name = fmt::format("step-{:06d}", step);
   const fs::path root(dir), final_dir = root / name, temporary = root / ("." + name + ".tmp");
@@ -89,13 +90,10 @@ std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, 
     nlohmann::json meta = {
         {"format", kFormat},
         {"step", step},
+        {"optimizer_step", engine.optimizer_step()},
         {"model", model_json(layout.config())},
         {"parameters", layout.total()},
-        {"training",
-         {{"steps", options.steps}, {"batch", options.batch}, {"lr", options.lr}, {"min_lr", options.min_lr},
-          {"warmup", options.warmup}, {"weight_decay", options.weight_decay}, {"grad_clip", options.grad_clip},
-          {"grad_dtype", std::string(dtype_name(options.grad_dtype))}, {"allreduce", options.allreduce},
-          {"grad_accum", options.grad_accum}}},
+        {"training", checkpoint_training_section(options)},
         {"parallel", {{"ranks", ranks}, {"zero", engine.settings().zero_stage}}},
         {"optimizer_shards", shards},
         // Batches are a pure function of (seed, step): the data position and the RNG state are both this pair.
@@ -115,7 +113,7 @@ std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, 
   return final_dir.string();
 }
 
-nlohmann::json load_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options) {
+ResumePoint load_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options) {
   const fs::path root(dir);
   require(fs::is_directory(root), "--resume: '{}' is not a checkpoint directory", dir);
   require(fs::exists(root / "latest"), "--resume: '{}' has no 'latest' file: no checkpoint was completed there",
@@ -134,9 +132,18 @@ nlohmann::json load_checkpoint(const std::string& dir, DataParallelEngine& engin
   const ModelConfig& model = engine.layout().config();
   require(meta["model"] == model_json(model), "checkpoint '{}' holds another model shape: {} (this run: {})",
           step_dir.string(), meta["model"].dump(), model_json(model).dump());
-  const int step = meta.at("step").get<int>();
+  int step = 0, optimizer_step = 0;
+  try {
+    step = meta.at("step").get<int>();
+    optimizer_step = meta.value("optimizer_step", step);
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint '{}' has damaged metadata: {}", step_dir.string(), e.what());
+  }
   require(step >= 0 && step <= options.steps, "checkpoint '{}' is at step {}, beyond --steps {}", step_dir.string(),
           step, options.steps);
+  require(optimizer_step >= 0 && optimizer_step <= step,
+          "checkpoint '{}' has optimizer_step {}, expected 0 to its step {} (a step can skip its update, not add one)",
+          step_dir.string(), optimizer_step, step);
 
   const ParameterLayout& layout = engine.layout();
   const std::string model_path = (step_dir / "model.safetensors").string();
@@ -196,8 +203,8 @@ nlohmann::json load_checkpoint(const std::string& dir, DataParallelEngine& engin
           "overlaps another)",
           step_dir.string(), found, wanted);
   engine.set_optimizer_state(state);
-  engine.restored(step);
-  return meta;
+  engine.restored(optimizer_step);
+  return {step, optimizer_step, meta};
 }
 
 }  // namespace dptrain

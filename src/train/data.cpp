@@ -127,6 +127,10 @@ Dataset::Dataset(Corpus corpus, double val_fraction, int seq, int vocab) : corpu
           n - split_);
 }
 
+std::uint64_t Dataset::tokens_hash() const {
+  return fnv1a(corpus_.tokens.data(), corpus_.tokens.size() * sizeof(std::uint16_t));
+}
+
 void Dataset::train_window(std::uint64_t seed, std::uint64_t step, std::uint64_t index, std::int32_t* out) const {
   const std::size_t window = std::size_t(seq_) + 1;
   const std::uint64_t starts = split_ - window + 1;

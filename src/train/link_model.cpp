@@ -15,7 +15,6 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/fit.hpp"
-#include "dptrain/core/atomic_file.hpp"
 
 namespace dptrain {
 
@@ -106,11 +105,6 @@ double measure_sgemm_flops() {
     best = std::min(best, watch.seconds());
   }
   return 2.0 * n * n * double(n) / best;
-}
-
-void write_link_file(const std::string& path, const cost::Link& link, const std::string& note) {
-  const nlohmann::json j = {{"alpha_s", link.alpha_s}, {"bandwidth_Bps", link.bandwidth_Bps}, {"note", note}};
-  write_file_atomically(path, j.dump(2) + "\n");
 }
 
 }  // namespace dptrain

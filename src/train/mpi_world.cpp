@@ -5,15 +5,18 @@
 
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
 
 MpiWorld::MpiWorld(int& argc, char**& argv) {
-  int provided = 0;
   // The communication thread of the overlap engine is the only one that calls MPI during a step, but the
   // main thread calls it between steps: MPI_THREAD_MULTIPLE keeps both legal without relying on a handoff.
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  // A library that grants less is refused by require_thread_multiple(), inside the agreed set-up, so that every
+  // rank reports it the same way instead of failing at random later.
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level_);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   MPI_Comm node;
@@ -63,6 +66,36 @@ std::vector<int> MpiWorld::ranks_differing_from_first(std::uint64_t value) const
   for (int r = 1; r < size_; ++r)
     if (all[r] != all[0]) differing.push_back(r);
   return differing;
+}
+
+std::vector<std::uint64_t> MpiWorld::all_gather(const std::vector<std::uint64_t>& values) const {
+  std::vector<std::uint64_t> all(values.size() * std::size_t(size_));
+  MPI_Allgather(values.data(), int(values.size()), MPI_UINT64_T, all.data(), int(values.size()), MPI_UINT64_T,
+                MPI_COMM_WORLD);
+  return all;
+}
+
+std::string MpiWorld::broadcast(const std::string& text, int root) const {
+  long long length = static_cast<long long>(text.size());
+  MPI_Bcast(&length, 1, MPI_LONG_LONG, root, MPI_COMM_WORLD);
+  std::string out = rank_ == root ? text : std::string(std::size_t(length), '\0');
+  MPI_Bcast(out.data(), int(length), MPI_CHAR, root, MPI_COMM_WORLD);
+  return out;
+}
+
+std::optional<std::string> thread_support_problem(int provided) {
+  if (provided >= MPI_THREAD_MULTIPLE) return std::nullopt;
+  const char* granted = provided == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+                        : provided == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED"
+                                                          : "MPI_THREAD_SINGLE";
+  return fmt::format(
+      "the MPI library provides only {} but dptrain needs MPI_THREAD_MULTIPLE (its communication thread calls MPI "
+      "while the main thread may): use an MPI library built with MPI_THREAD_MULTIPLE support",
+      granted);
+}
+
+void MpiWorld::require_thread_multiple() const {
+  if (const auto problem = thread_support_problem(thread_level_)) fail("{}", *problem);
 }
 
 int MpiWorld::agree(const std::function<void()>& setup, const char* program) const {

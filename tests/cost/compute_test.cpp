@@ -25,6 +25,13 @@ TEST(Compute, ComputeTimeAndMfu) {
   EXPECT_DOUBLE_EQ(mfu(8e12, 16.0, 2, 1e12), 0.25);
 }
 
+TEST(Compute, HiddenFractionOfCommunication) {
+  EXPECT_EQ(hidden_fraction(1.0, 4.0), 0.75);
+  EXPECT_EQ(hidden_fraction(4.0, 4.0), 0.0);
+  EXPECT_EQ(hidden_fraction(0.0, 4.0), 1.0);
+  EXPECT_EQ(hidden_fraction(0.0, 0.0), 0.0);  // no communication: nothing hidden, no division by zero
+}
+
 TEST(Compute, StepWaitsOrOverlaps) {
   // 12e12 FLOPs on 2 devices of 1e12 at η = 0.5: compute 12 s, backward 8 s.
   const StepTime hidden = model_step(12e12, 2, 1e12, 0.5, 3.0);

@@ -47,6 +47,21 @@ TEST(Zero, EveryStageOn64GpusFromTheTable) {
   EXPECT_EQ(format_bytes(zero_bytes_sent_per_step(3, kPsi, 64)), "39.80 GB");
 }
 
+// Accumulation: stages 0–2 reduce once per step whatever K; stage 3 gathers the BF16 weights (2 bytes per
+// parameter) twice per micro-step, so each further micro-step adds 2 · (d−1)/d · 2Ψ.
+TEST(Zero, AccumulatedStepsAddOnlyStage3sWeightGathers) {
+  const double d = 64, gather = (d - 1) / d * 2 * kPsi;
+  for (int stage = 0; stage < 3; ++stage)
+    EXPECT_EQ(zero_bytes_sent_per_accumulated_step(stage, kPsi, 64, 4), zero_bytes_sent_per_step(stage, kPsi, 64))
+        << "stage " << stage;
+  EXPECT_EQ(zero_bytes_sent_per_accumulated_step(3, kPsi, 64, 1), zero_bytes_sent_per_step(3, kPsi, 64));
+  EXPECT_DOUBLE_EQ(zero_bytes_sent_per_accumulated_step(3, kPsi, 64, 4),
+                   zero_bytes_sent_per_step(3, kPsi, 64) + 3 * 2 * gather);
+  // 1000 parameters on 4 ranks, K = 2: each ring pass sends 3/4 of 2000 bytes = 1500; reduce-scatter + 2
+  // gathers, plus 2 more gathers = 5 · 1500 bytes.
+  EXPECT_EQ(zero_bytes_sent_per_accumulated_step(3, 1000, 4, 2), 7500.0);
+}
+
 TEST(Zero, OneRankHoldsEverythingAndSendsNothing) {
   for (int stage = 0; stage < 4; ++stage) {
     EXPECT_DOUBLE_EQ(zero_memory_per_rank(stage, 1000, 1).total_bytes(), 16000);

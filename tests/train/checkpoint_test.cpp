@@ -6,6 +6,7 @@
 
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/checkpoint.hpp"
+#include "dptrain/train/option_table.hpp"
 #include "dptrain/train/safetensors.hpp"
 #include "test_support.hpp"
 
@@ -70,13 +71,16 @@ TEST_P(Checkpoint, SaveAndLoadRestoreEveryByte) {
   a.initialise(3);
   std::vector<std::int32_t> windows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1};
   for (int s = 0; s < 3; ++s) a.step(windows.data(), 2, {.lr = 1e-2, .weight_decay = 0.1, .grad_clip = 1.0});
-  const std::string where = save_checkpoint(dir.path.string(), a, options);
+  const std::string where = save_checkpoint(dir.path.string(), a, options, 3);
   EXPECT_EQ(where, dir / "step-000003");
 
   DataParallelEngine b(config, *backend_b, RankGroup{}, EngineSettings{}, 2);
   b.initialise(99);
-  const auto meta = load_checkpoint(dir.path.string(), b, options);
-  EXPECT_EQ(meta["step"], 3);
+  const ResumePoint resumed = load_checkpoint(dir.path.string(), b, options);
+  EXPECT_EQ(resumed.step, 3);
+  EXPECT_EQ(resumed.optimizer_step, 3);
+  EXPECT_EQ(resumed.meta["step"], 3);
+  EXPECT_EQ(resumed.meta["optimizer_step"], 3);
   EXPECT_EQ(b.optimizer_step(), 3);
   const std::vector<bf16> wa = a.full_weights(), wb = b.full_weights();
   EXPECT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(bf16)), 0);
@@ -99,6 +103,63 @@ TEST_P(Checkpoint, SaveAndLoadRestoreEveryByte) {
     ADD_FAILURE() << "a checkpoint of another shape was accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("another model shape"), std::string::npos) << e.what();
+  }
+}
+
+// After skipped non-finite steps the loop is ahead of the optimizer: the folder and "step" carry the loop step,
+// "optimizer_step" the updates taken, and loading gives the engine the latter (AdamW's bias correction).
+TEST_P(Checkpoint, LoopStepNamesTheFolderAndTheOptimizerStepIsRestored) {
+  TemporaryDirectory dir("ckpt-steps");
+  ModelConfig config{.vocab = 13, .seq = 6, .layers = 1, .width = 8, .heads = 2};
+  TrainOptions options;
+  options.model = config;
+  options.steps = 10;
+  options.lr = 0.02;
+  auto backend_a = make_backend(GetParam()), backend_b = make_backend(GetParam());
+  const OptimizerSettings optimizer{.lr = 1e-2, .weight_decay = 0.1, .grad_clip = 1.0};
+  std::vector<std::int32_t> windows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1};
+  DataParallelEngine a(config, *backend_a, RankGroup{}, EngineSettings{}, 2);
+  a.initialise(3);
+  for (int s = 0; s < 2; ++s) a.step(windows.data(), 2, optimizer);
+  EXPECT_EQ(save_checkpoint(dir.path.string(), a, options, 5), dir / "step-000005");
+  const auto meta = nlohmann::json::parse(testing::file_bytes(dir / "step-000005/meta.json"));
+  EXPECT_EQ(meta["step"], 5);
+  EXPECT_EQ(meta["optimizer_step"], 2);
+  EXPECT_EQ(meta["data"]["next_step"], 5);
+  EXPECT_EQ(meta["training"], checkpoint_training_section(options));
+  EXPECT_EQ(meta["training"]["lr"], 0.02);
+  EXPECT_EQ(meta["training"]["steps"], 10);
+  EXPECT_EQ(testing::file_bytes(dir / "latest"), "step-000005\n");
+
+  DataParallelEngine b(config, *backend_b, RankGroup{}, EngineSettings{}, 2);
+  b.initialise(99);
+  const ResumePoint resumed = load_checkpoint(dir.path.string(), b, options);
+  EXPECT_EQ(resumed.step, 5);
+  EXPECT_EQ(resumed.optimizer_step, 2);
+  EXPECT_EQ(b.optimizer_step(), 2);
+  // The next update uses bias correction 3 on both: bitwise the same state (step 6 would differ).
+  a.step(windows.data(), 2, optimizer);
+  b.step(windows.data(), 2, optimizer);
+  EXPECT_EQ(a.optimizer_state().master, b.optimizer_state().master);
+  EXPECT_EQ(a.optimizer_state().v, b.optimizer_state().v);
+
+  // A checkpoint from before optimizer_step was recorded: its optimizer step is its step.
+  nlohmann::json old = meta;
+  old.erase("optimizer_step");
+  testing::write_text(dir / "step-000005/meta.json", old.dump());
+  EXPECT_EQ(load_checkpoint(dir.path.string(), b, options).optimizer_step, 5);
+  EXPECT_EQ(b.optimizer_step(), 5);
+
+  // More updates than steps cannot happen: refused with the values.
+  nlohmann::json ahead = meta;
+  ahead["optimizer_step"] = 6;
+  testing::write_text(dir / "step-000005/meta.json", ahead.dump());
+  try {
+    load_checkpoint(dir.path.string(), b, options);
+    ADD_FAILURE() << "an optimizer step beyond the loop step was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("has optimizer_step 6, expected 0 to its step 5"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -20,13 +20,13 @@ namespace dptrain::testing {
 inline std::string binary_dir() { return DPTRAIN_BINARY_DIR; }
 inline std::string source_dir() { return DPTRAIN_SOURCE_DIR; }
 
-// `mpiexec -n ranks` with the settings a root, oversubscribed, containerised run needs.
-inline std::string mpiexec(int ranks) {
-  // The timeout turns a hang into a failure instead of a stuck test suite.
+// `mpiexec -n ranks` with the settings a root, oversubscribed, containerised run needs. The timeout turns a
+// hang into a failure (exit code 124) instead of a stuck test suite.
+inline std::string mpiexec(int ranks, int timeout_seconds = 120) {
   return std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                     "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 "
-                     "timeout 120 ") +
-         MPIEXEC + " -n " + std::to_string(ranks) + " --oversubscribe";
+                     "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 ") +
+         "timeout " + std::to_string(timeout_seconds) + " " + MPIEXEC + " -n " + std::to_string(ranks) +
+         " --oversubscribe";
 }
 
 struct CommandResult {

@@ -18,6 +18,9 @@ double compute_seconds(double flops, int devices, double peak_flops, double eta)
 // flops / seconds / (n·P): model FLOPs utilisation of a step that processed `flops` in `seconds`.
 double mfu(double flops, double seconds, int devices, double peak_flops);
 
+// 1 − exposed/total: the share of the communication time a step did not wait for (0 when there was none).
+double hidden_fraction(double exposed_seconds, double total_seconds);
+
 // The backward pass is 2/3 of compute: it does twice the forward's FLOPs.
 inline constexpr double kBackwardFractionOfCompute = 2.0 / 3.0;
 

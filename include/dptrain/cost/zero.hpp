@@ -28,5 +28,9 @@ ZeroMemory zero_memory_per_rank(int stage, double params, int ranks,
 // reduce-scatter of the fp32 gradient plus the all-gathers of the BF16 weights.
 double zero_bytes_sent_per_step(int stage, double params, int ranks,
                                 double gradient_bytes_per_param = kGradientBytesPerParam);
+// The same with K micro-steps per step (gradient accumulation): the gradient is still reduced once per step,
+// but stage 3 gathers the weights twice more for each further micro-step (its forward and its backward).
+double zero_bytes_sent_per_accumulated_step(int stage, double params, int ranks, int micro_steps,
+                                            double gradient_bytes_per_param = kGradientBytesPerParam);
 
 }  // namespace dptrain::cost

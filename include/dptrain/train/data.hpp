@@ -47,6 +47,8 @@ class Dataset {
   std::size_t train_tokens() const { return split_; }
   std::size_t val_tokens() const { return corpus_.tokens.size() - split_; }
   const std::string& description() const { return corpus_.description; }
+  // FNV-1a of all tokens (both splits): ranks compare it to be sure they train on the same data.
+  std::uint64_t tokens_hash() const;
 
   // Global window `index` of training step `step` ([seq+1] tokens into out).
   void train_window(std::uint64_t seed, std::uint64_t step, std::uint64_t index, std::int32_t* out) const;

@@ -25,10 +25,7 @@ LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, doubl
 // The α–β time of one recorded call on p ranks.
 double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& link);
 
-// Achievable fp32 GEMM FLOP/s of this rank with its threads (a few 1024³ sgemm calls).
+// Achievable fp32 GEMM FLOP/s of this rank with its threads (a few 512³ sgemm calls).
 double measure_sgemm_flops();
-
-// Writes link.json.
-void write_link_file(const std::string& path, const cost::Link& link, const std::string& note);
 
 }  // namespace dptrain

@@ -12,7 +12,6 @@ class MetricsLog {
  public:
   MetricsLog() = default;  // disabled
   MetricsLog(const std::string& path, bool append);
-  bool enabled() const { return out_.is_open(); }
   void write(const nlohmann::json& record);
 
  private:

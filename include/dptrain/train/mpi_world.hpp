@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ class MpiWorld {
   std::vector<std::string> gather_to_first(const std::string& text) const;
   // The ranks whose value differs from rank 0's (empty when all agree).
   std::vector<int> ranks_differing_from_first(std::uint64_t value) const;
+  // Every rank's values, rank after rank ([size × values.size()]); every rank passes as many.
+  std::vector<std::uint64_t> all_gather(const std::vector<std::uint64_t>& values) const;
+  // Rank `root`'s text on every rank.
+  std::string broadcast(const std::string& text, int root) const;
+
+  // Throws UserError when the MPI library did not grant MPI_THREAD_MULTIPLE (the same on every rank).
+  void require_thread_multiple() const;
 
   // Runs `setup` on every rank and agrees on the outcome. Returns 0 when all succeeded; otherwise the exit code
   // (2 for bad input) after printing the error line(s) as described above.
@@ -39,6 +47,11 @@ class MpiWorld {
 
  private:
   int rank_ = 0, size_ = 1, local_size_ = 1;
+  int thread_level_ = 0;  // what MPI_Init_thread provided
 };
+
+// Why a thread level the MPI library provided is not enough (nullopt for MPI_THREAD_MULTIPLE): one line naming
+// the level granted and the one needed.
+std::optional<std::string> thread_support_problem(int provided);
 
 }  // namespace dptrain

@@ -1,9 +1,7 @@
 // The training loop: set-up (validation, data, model, resume) and the steps with evaluation, logging,
 // cross-rank weight checks and checkpoints.
 #pragma once
-#include <map>
 #include <memory>
-#include <tuple>
 #include <vector>
 
 #include "dptrain/comm/collectives.hpp"
@@ -15,6 +13,7 @@
 #include "dptrain/train/metrics_log.hpp"
 #include "dptrain/train/mpi_world.hpp"
 #include "dptrain/train/options.hpp"
+#include "dptrain/train/summary_writer.hpp"
 
 namespace dptrain {
 
@@ -27,12 +26,15 @@ class Trainer {
   Trainer(const TrainOptions& options, const MpiWorld& world);
   ~Trainer();
 
-  // Collective, once every rank's set-up succeeded: checks that every rank was started with the same options
-  // (a rank with another --steps or --batch would leave the others waiting in a collective; UserError naming
-  // the ranks that differ), then opens the transport and the collectives.
+  // Collective, once every rank's set-up succeeded: checks that every rank was started with the same options,
+  // the same training tokens and the same resume step (a rank with another --steps, --save or --link would
+  // leave the others waiting in a collective; UserError naming the first option that differs, the rank and both
+  // values), then opens the transport and the collectives.
   void connect();
 
-  // Runs the remaining steps. Returns the exit code (0, or kExitNonFinite when a step was not finite).
+  // Runs the remaining steps. Returns the exit code (0, or kExitNonFinite when a step was not finite and
+  // --skip-nonfinite was not given). A skipped step still counts as a loop step: it advances the schedule and
+  // the data, and evaluations, checks and checkpoints due after it happen.
   int run();
 
  private:
@@ -40,13 +42,8 @@ class Trainer {
   void check_weights_agree(int step);
   void fill_local_windows(int step);
   void say(const std::string& line) const;  // rank 0 prints
-  nlohmann::json collectives_table();       // measured against modelled per collective and size; prints it
-  // The step's collectives from the log: measured and modelled time, bytes, and the modelled exposed part.
-  struct StepComm {
-    double seconds = 0, model_seconds = 0, exposed_model_seconds = 0;
-    std::uint64_t bytes_sent = 0;
-  };
-  StepComm account(const StepResult& result);
+  void summarise(const RunShape& run, const RunTotals& totals);  // collective (memory maximum over ranks)
+  void gather_trace();                                           // collective when --trace
 
   TrainOptions options_;
   const MpiWorld& world_;
@@ -58,13 +55,7 @@ class Trainer {
   MetricsLog log_;
   LinkSource link_;
   double peak_flops_ = 0;  // per rank
-  // Every collective of the timed steps summed per (operation, algorithm, size), for the summary table.
-  struct CollectiveTotals {
-    std::size_t calls = 0;
-    std::uint64_t bytes = 0, bytes_sent = 0;
-    double measured = 0, modelled = 0;  // seconds
-  };
-  std::map<std::tuple<CollectiveOp, Algorithm, std::size_t>, CollectiveTotals> collective_totals_;
+  int first_step_ = 0;     // loop steps done before this run: the resumed checkpoint's step, or 0
   int threads_ = 1;
   std::size_t local_windows_ = 0;
   std::vector<std::int32_t> windows_;  // [local_windows, Q+1]

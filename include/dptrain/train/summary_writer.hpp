@@ -1,0 +1,51 @@
+// The end-of-run summary: the totals the steps accumulate, and from them the printed lines (the done line, the
+// per-collective table of measured against modelled time, communication hidden per step, bytes sent and memory
+// per rank against SYSTEMS-MODEL.md's ZeRO formulas) and the {"event":"summary"} JSONL record. Pure: the caller
+// gathers the per-rank figures, prints and writes.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dptrain/dp/engine.hpp"
+#include "dptrain/train/link_model.hpp"
+#include "dptrain/train/options.hpp"
+#include "dptrain/train/step_report.hpp"
+
+namespace dptrain {
+
+// Sums over the steps whose update was taken (skipped non-finite steps are not timed).
+struct RunTotals {
+  int steps = 0;
+  double seconds = 0;
+  double comm = 0, comm_model = 0, exposed = 0, exposed_model = 0;  // seconds
+  std::uint64_t bytes_sent = 0;
+  double last_loss = NAN, last_val = NAN;
+  CollectiveTable collectives;  // filled by account_step_comm
+
+  void add_step(double step_seconds, const StepResult& result, const StepComm& comm);
+};
+
+struct SummaryInputs {
+  const TrainOptions& options;
+  const RunShape& run;
+  const RunTotals& totals;
+  const UnitPlan& plan;
+  std::size_t parameters = 0;
+  const LinkSource& link;
+  std::vector<double> memory_mine, memory_largest;  // memory_figures() of this rank and the maximum over ranks
+  int first_step = 0;  // loop steps done before this run (a resume)
+  int threads = 1;     // per rank
+};
+
+struct RunSummary {
+  std::vector<std::string> lines;  // printed by rank 0
+  nlohmann::json record;           // {"event":"summary", ...}
+};
+
+RunSummary run_summary(const SummaryInputs& in);
+
+}  // namespace dptrain

@@ -1,0 +1,120 @@
+// The end-of-run summary lines and record.
+#include "dptrain/train/summary_writer.hpp"
+
+#include <fmt/format.h>
+
+#include "dptrain/cost/compute.hpp"
+#include "dptrain/cost/zero.hpp"
+#include "dptrain/train/memory_report.hpp"
+
+namespace dptrain {
+
+namespace {
+
+// Measured against modelled per collective and size, as table lines and JSON rows.
+nlohmann::json collectives_table(const CollectiveTable& rows, std::vector<std::string>& lines) {
+  nlohmann::json table = nlohmann::json::array();
+  if (rows.empty()) return table;
+  lines.push_back(fmt::format("{:>14} {:>7} {:>10} {:>7} {:>12} {:>12} {:>12} {:>7}", "collective", "algo",
+                              "size(B)", "calls", "sent(B)", "measured ms", "modelled ms", "ratio"));
+  for (const auto& [key, row] : rows) {
+    const auto& [op, algo, size] = key;
+    lines.push_back(fmt::format("{:>14} {:>7} {:>10} {:>7} {:>12} {:>12.3f} {:>12.3f} {:>7.2f}",
+                                collective_op_name(op), algorithm_name(algo), size, row.calls, row.bytes_sent,
+                                1e3 * row.measured, 1e3 * row.modelled, row.measured / row.modelled));
+    table.push_back({{"op", collective_op_name(op)}, {"algo", algorithm_name(algo)}, {"size", size},
+                     {"calls", row.calls}, {"bytes", row.bytes}, {"bytes_sent", row.bytes_sent},
+                     {"measured_ms", 1e3 * row.measured}, {"modelled_ms", 1e3 * row.modelled},
+                     {"ratio", row.measured / row.modelled}});
+  }
+  return table;
+}
+
+}  // namespace
+
+void RunTotals::add_step(double step_seconds, const StepResult& result, const StepComm& comm) {
+  seconds += step_seconds;
+  this->comm += comm.seconds;
+  comm_model += comm.model_seconds;
+  exposed += result.exposed_comm_s;
+  exposed_model += comm.exposed_model_seconds;
+  bytes_sent += comm.bytes_sent;
+  ++steps;
+  last_loss = result.loss;
+}
+
+RunSummary run_summary(const SummaryInputs& in) {
+  const TrainOptions& o = in.options;
+  const RunTotals& t = in.totals;
+  const RunShape& run = in.run;
+  RunSummary summary;
+  std::vector<std::string>& lines = summary.lines;
+
+  const double mean_ms = t.steps ? 1e3 * t.seconds / t.steps : 0.0;
+  const double tokens_per_s = t.seconds > 0 ? double(run.tokens_per_step) * t.steps / t.seconds : 0.0;
+  lines.push_back(fmt::format("dptrain | done: {} steps | final loss {:.4f} | val {:.4f} | {:.1f} ms/step | {} tok/s",
+                              t.steps, t.last_loss, t.last_val, mean_ms, human_count(tokens_per_s)));
+  const nlohmann::json table = collectives_table(t.collectives, lines);
+  const double per_step = t.steps ? 1.0 / t.steps : 0.0;
+  const double hidden = cost::hidden_fraction(t.exposed, t.comm);
+  const double hidden_model = cost::hidden_fraction(t.exposed_model, t.comm_model);
+  if (run.ranks > 1)
+    lines.push_back(fmt::format(
+        "dptrain | per step: comm {:.2f} ms (model {:.2f}), exposed {:.2f} ms (model {:.2f}): {:.0f}% of "
+        "communication hidden (model {:.0f}%)",
+        1e3 * t.comm * per_step, 1e3 * t.comm_model * per_step, 1e3 * t.exposed * per_step,
+        1e3 * t.exposed_model * per_step, 100 * hidden, 100 * hidden_model));
+
+  // Bytes each rank sends per step and memory per rank, against SYSTEMS-MODEL.md's ZeRO formulas.
+  const double params = double(in.parameters), grad_bytes = double(element_size(o.grad_dtype));
+  auto bytes_formula = [&](double n) {
+    return cost::zero_bytes_sent_per_accumulated_step(o.zero, n, run.ranks, o.grad_accum, grad_bytes);
+  };
+  const nlohmann::json bytes_sent = {{"measured", double(t.bytes_sent) * per_step},
+                                     {"modelled", bytes_formula(params)},
+                                     {"modelled_padded", bytes_formula(double(in.plan.padded_total()))}};
+  lines.push_back(fmt::format(
+      "dptrain | bytes sent per step and rank: {:.0f} measured, {:.0f} modelled ({:.0f} with the units' padding)",
+      double(bytes_sent["measured"]), double(bytes_sent["modelled"]), double(bytes_sent["modelled_padded"])));
+  const nlohmann::json memory = memory_report(in.memory_mine, in.memory_largest,
+                                              cost::zero_memory_per_rank(o.zero, params, run.ranks, grad_bytes));
+  for (const std::string& line : memory_table(memory)) lines.push_back(line);
+
+  nlohmann::json units = nlohmann::json::array();
+  for (const Unit& u : in.plan.units())
+    units.push_back({{"name", u.name}, {"elements", u.range.size()}, {"padded", u.padded}});
+  summary.record = {
+      {"event", "summary"},
+      {"link", {{"alpha_s", in.link.link.alpha_s}, {"bandwidth_Bps", in.link.link.bandwidth_Bps},
+                {"source", in.link.description}}},
+      {"peak_flops_per_rank", run.peak_flops},
+      {"mfu", t.seconds > 0 ? cost::mfu(run.flops_per_step * t.steps, t.seconds, run.ranks, run.peak_flops) : 0.0},
+      {"collectives", table},
+      {"zero", o.zero},
+      {"overlap", !o.no_overlap},
+      {"grad_accum", o.grad_accum},
+      {"bucket_mb", o.bucket_mb},
+      {"units", units},
+      {"comm_ms", 1e3 * t.comm * per_step},
+      {"comm_model_ms", 1e3 * t.comm_model * per_step},
+      {"exposed_comm_ms", 1e3 * t.exposed * per_step},
+      {"exposed_comm_model_ms", 1e3 * t.exposed_model * per_step},
+      {"hidden_comm_fraction", {{"measured", hidden}, {"modelled", hidden_model}}},
+      {"bytes_sent_per_step", bytes_sent},
+      {"memory", memory},
+      {"steps", t.steps},
+      {"first_step", in.first_step + 1},
+      {"last_step", o.steps},
+      {"tokens", double(run.tokens_per_step) * t.steps},
+      {"train_seconds", t.seconds},
+      {"mean_step_ms", mean_ms},
+      {"tokens_per_s", tokens_per_s},
+      {"final_loss", t.last_loss},
+      {"final_val_loss", t.last_val},
+      {"parameters", in.parameters},
+      {"ranks", run.ranks},
+      {"threads_per_rank", in.threads}};
+  return summary;
+}
+
+}  // namespace dptrain

@@ -1,0 +1,96 @@
+// Ranks started with different options or data (MPMD launches) are refused at start-up within seconds, exit 2,
+// with one line naming the option, the rank and both values; options the table marks per-rank may differ.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "test_support.hpp"
+
+namespace dptrain {
+namespace {
+
+using testing::run_command;
+
+// Far below the 120 s a hang would take to reach the tests' own timeout; a refusal takes one start-up (~2 s).
+constexpr int kRefusalSeconds = 30;
+
+class RankAgreement : public testing::TinyRunTest {
+ protected:
+  RankAgreement() : TinyRunTest("agree", "--quiet --steps 2 ") {}
+
+  struct Launch {
+    testing::CommandResult result;
+    double seconds = 0;
+  };
+  // `first_ranks` ranks run with flags_a, one more with flags_b.
+  Launch mpmd(int first_ranks, const std::string& flags_a, const std::string& flags_b) const {
+    const auto start = std::chrono::steady_clock::now();
+    Launch launch;
+    launch.result = run_command(testing::mpiexec(first_ranks, kRefusalSeconds) + " -q " + dptrain(flags_a) +
+                                " : -n 1 " + dptrain(flags_b));
+    launch.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return launch;
+  }
+
+  // The job ended in time with exit code 2 and printed `message` exactly once, as one whole line.
+  static void expect_refused(const Launch& launch, const std::string& message) {
+    const std::string& output = launch.result.output;
+    EXPECT_EQ(launch.result.exit_code, 2) << output;
+    EXPECT_LT(launch.seconds, kRefusalSeconds) << output;
+    const std::string line = "dptrain: " + message + "\n";
+    const std::size_t at = output.find(line);
+    EXPECT_NE(at, std::string::npos) << output;
+    EXPECT_TRUE(at == 0 || output[at - 1] == '\n') << output;
+    EXPECT_EQ(output.find(line, at + 1), std::string::npos) << "printed twice:\n" << output;
+  }
+};
+
+TEST_F(RankAgreement, DifferentSaveDirectoriesAreRefused) {
+  // Without the check rank 1 would wait forever at the checkpoint's barrier.
+  const auto launch = mpmd(1, "--save " + (dir_ / "a"), "--save " + (dir_ / "b"));
+  expect_refused(launch, fmt::format("rank 1: --save is '{}' but rank 0 has '{}': every rank must be started with "
+                                     "the same options",
+                                     dir_ / "b", dir_ / "a"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "a"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "b"));
+}
+
+TEST_F(RankAgreement, DifferentLinksAreRefused) {
+  // A rank with --link skips the calibration sweep the other enters.
+  const auto launch = mpmd(1, "", "--link ib-400g");
+  expect_refused(launch, "rank 1: --link is 'ib-400g' but rank 0 has '': every rank must be started with the same "
+                         "options");
+}
+
+TEST_F(RankAgreement, DifferentDataIsRefusedNamingTheRankThatDiffers) {
+  // Same length, one byte changed: only the tokens' hash tells the files apart.
+  std::string text = testing::small_corpus_text();
+  text[100] = 'X';
+  testing::write_text(dir_ / "other.txt", text);
+  const auto launch = mpmd(2, "--batch 6", "--batch 6 --data " + (dir_ / "other.txt"));  // 3 ranks
+  const std::string& output = launch.result.output;
+  EXPECT_EQ(launch.result.exit_code, 2) << output;
+  EXPECT_LT(launch.seconds, kRefusalSeconds) << output;
+  const std::string tokens = fmt::format("{} tokens, fnv1a ", text.size());
+  const std::size_t at = output.find(fmt::format("dptrain: rank 2: --data is '{} ({}", dir_ / "other.txt", tokens));
+  ASSERT_NE(at, std::string::npos) << output;
+  const std::string line = output.substr(at, output.find('\n', at) - at);
+  EXPECT_NE(line.find(fmt::format(")' but rank 0 has '{} ({}", dir_ / "corpus.txt", tokens)), std::string::npos)
+      << line;
+  EXPECT_TRUE(line.ends_with(")': every rank must be started with the same options")) << line;
+}
+
+TEST_F(RankAgreement, PerRankOptionsAndTheSameDataAtAnotherPathMayDiffer) {
+  testing::write_text(dir_ / "copy.txt", testing::small_corpus_text());
+  const auto launch = mpmd(1, "--threads 1 --log " + (dir_ / "run.jsonl"),
+                           "--threads 2 --data " + (dir_ / "copy.txt") + " --log " + (dir_ / "ignored.jsonl"));
+  EXPECT_EQ(launch.result.exit_code, 0) << launch.result.output;
+  EXPECT_NE(launch.result.output.find("dptrain | done: 2 steps"), std::string::npos) << launch.result.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "run.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "ignored.jsonl"));  // only rank 0 writes the log
+}
+
+}  // namespace
+}  // namespace dptrain

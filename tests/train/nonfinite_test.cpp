@@ -1,0 +1,95 @@
+// --skip-nonfinite end to end: a skipped step still counts as a loop step, so checkpoints are named and resumed by
+// the loop step (with the updates taken recorded beside it), the final evaluation and save happen even when the
+// last step is skipped, and a run resumed from either side of the first skipped step ends bitwise where the
+// uninterrupted run ends.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "test_support.hpp"
+
+namespace dptrain {
+namespace {
+
+using testing::run_command;
+
+// A weight decay of 1e10 multiplies the 2-D weights by 1 − lr·1e10 per update: the first steps are finite (the
+// loss grows), then the weights overflow and every later step is non-finite (its update is skipped, so the
+// weights stay as they were). On the tiny config the first 3 steps are finite.
+constexpr const char* kOverflowing = "--weight-decay 1e10 --skip-nonfinite --eval-every 0 --peak-tflops 1 --steps 8 ";
+constexpr int kSteps = 8;
+
+class SkipNonFinite : public testing::TinyRunTest {
+ protected:
+  SkipNonFinite() : TinyRunTest("nonfinite", kOverflowing) {}
+
+  static nlohmann::json meta(const std::string& checkpoint) {
+    return nlohmann::json::parse(testing::file_bytes(checkpoint + "/meta.json"));
+  }
+  // The steps (1-based) whose records the log holds: the finite ones.
+  static std::vector<int> logged_steps(const std::string& log) {
+    std::vector<int> steps;
+    for (const auto& record : testing::read_jsonl(log))
+      if (!record.contains("event")) steps.push_back(record["step"].get<int>());
+    return steps;
+  }
+  void expect_same_files(const std::string& a, const std::string& b) {
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+      EXPECT_TRUE(testing::file_bytes(a + "/" + file) == testing::file_bytes(b + "/" + file)) << a << " " << file;
+  }
+};
+
+TEST_F(SkipNonFinite, CheckpointsCountLoopStepsAndResumeBitwise) {
+  const auto full = run_command(dptrain("--save-every 2 --save " + (dir_ / "full") + " --log " + (dir_ / "full.jsonl")));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const std::vector<int> finite = logged_steps(dir_ / "full.jsonl");
+  // The scenario this test needs: finite steps first, then skipped ones, the first skip at step 4 at the latest.
+  const int taken = int(finite.size());
+  ASSERT_GE(taken, 1) << full.output;
+  ASSERT_LE(taken, 3) << full.output;
+  for (int s = 0; s < taken; ++s) EXPECT_EQ(finite[s], s + 1);
+  for (int s = taken + 1; s <= kSteps; ++s)
+    EXPECT_NE(full.output.find(fmt::format("dptrain: step {}: loss ", s)), std::string::npos) << full.output;
+  // The last step is skipped, yet the run evaluates, saves and summarises.
+  EXPECT_NE(full.output.find(fmt::format("dptrain: step {}: loss ", kSteps)), std::string::npos);
+  EXPECT_NE(full.output.find("are not finite; step skipped | val "), std::string::npos) << full.output;
+  EXPECT_NE(full.output.find(fmt::format("dptrain | done: {} steps", taken)), std::string::npos) << full.output;
+  for (int step = 2; step <= kSteps; step += 2) {
+    const std::string checkpoint = dir_ / fmt::format("full/step-{:06d}", step);
+    ASSERT_TRUE(std::filesystem::exists(checkpoint)) << checkpoint << "\n" << full.output;
+    const nlohmann::json m = meta(checkpoint);
+    EXPECT_EQ(m["step"], step);
+    EXPECT_EQ(m["optimizer_step"], std::min(step, taken)) << checkpoint;
+    EXPECT_EQ(m["data"]["next_step"], step);
+    EXPECT_EQ(m["training"]["skip_nonfinite"], true);
+    EXPECT_EQ(m["training"]["weight_decay"], 1e10);
+  }
+  EXPECT_EQ(testing::file_bytes(dir_ / "full/latest"), fmt::format("step-{:06d}\n", kSteps));
+
+  // Resumed after the first skip (loop step 4, fewer updates) and before it (step 2): both end where the
+  // uninterrupted run ended, with its count of updates.
+  for (int from : {4, 2}) {
+    testing::write_text(dir_ / "full/latest", fmt::format("step-{:06d}\n", from));
+    const std::string save = dir_ / fmt::format("resumed-{}", from), log = dir_ / fmt::format("resumed-{}.jsonl", from);
+    const auto resumed = run_command(dptrain("--resume " + (dir_ / "full") + " --save " + save + " --log " + log));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find(fmt::format("resumed from '{}' at step {}", dir_ / "full", from)), std::string::npos)
+        << resumed.output;
+    const std::string last = fmt::format("/step-{:06d}", kSteps);
+    ASSERT_TRUE(std::filesystem::exists(save + last)) << resumed.output;
+    EXPECT_EQ(meta(save + last)["step"], kSteps);
+    EXPECT_EQ(meta(save + last)["optimizer_step"], taken) << "from step " << from;
+    expect_same_files(save + last, dir_ / "full" + last);
+    // The finite steps after the resume are the uninterrupted run's, bit for bit.
+    const auto full_records = testing::read_jsonl(dir_ / "full.jsonl");
+    const auto again = testing::read_jsonl(log);
+    std::vector<int> again_steps = logged_steps(log);
+    const std::vector<int> expected(finite.begin() + std::min(from, taken), finite.end());
+    EXPECT_EQ(again_steps, expected) << "from step " << from;
+    for (std::size_t i = 0; i < expected.size(); ++i)
+      EXPECT_EQ(again[i]["loss"].get<double>(), full_records[expected[i] - 1]["loss"].get<double>());
+  }
+}
+
+}  // namespace
+}  // namespace dptrain
