@@ -8,8 +8,10 @@ and [out, in] shapes are those of the flat layout (include/dptrain/model/layout.
 softmax(QKᵀ/√d + causal mask)·V (torch 1.13 has no scaled_dot_product_attention).
 
   bench  train in fp32 eager mode on random tokens with AdamW and print `pytorch_tokens_per_s <value>`
-  check  load weights from a safetensors file, run one forward/backward on the given windows, print the mean loss
-         and gradient norms (JSON) and optionally write the whole gradient (tests/compute/pytorch_reference_test)
+  check  load weights from a safetensors file, run one forward/backward on the given windows, print the mean loss,
+         gradient norms, torch version and FNV-1a hashes of the weights and windows it used (JSON) and optionally
+         write the whole gradient (tests/compute/pytorch_reference_test and its committed fixture
+         tests/compute/data/pytorch_reference.json)
 
 Run with Debian's /usr/bin/python3 (torch 1.13, numpy).
 """
@@ -137,6 +139,14 @@ def bench(args):
     print(f"pytorch_tokens_per_s {tokens_per_step / median:.1f}")
 
 
+def fnv1a(data):
+    """64-bit FNV-1a over bytes, as dptrain::fnv1a (include/dptrain/core/hash.hpp)."""
+    h = 0xcbf29ce484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
 def read_safetensors(path):
     """name → fp32 numpy array, for F32 and BF16 tensors (the formats dptrain writes)."""
     with open(path, "rb") as f:
@@ -187,8 +197,14 @@ def check(args):
     loss.backward()
     if args.grads:  # the flat gradient in layout order, fp32 little-endian
         np.concatenate([p.grad.detach().numpy().astype("<f4").ravel() for p in model.parameters()]).tofile(args.grads)
+    # The inputs as torch used them, hashed like the C++ side hashes its flat buffer and windows: the weights as
+    # fp32 little-endian in layout order, the windows as int32 little-endian.
+    flat_weights = np.concatenate([p.detach().numpy().astype("<f4").ravel() for p in model.parameters()])
     print(json.dumps({
         "loss": loss.item(),
+        "torch_version": torch.__version__,
+        "weights_fnv1a": f"{fnv1a(flat_weights.tobytes()):016x}",
+        "windows_fnv1a": f"{fnv1a(windows.numpy().astype('<i4').tobytes()):016x}",
         "windows": windows.shape[0],
         "order": [name for name, _ in model.named_parameters()],
         "grad_norm": math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in model.parameters())),

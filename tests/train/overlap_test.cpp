@@ -137,6 +137,7 @@ TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
   std::set<int> named_processes;
   std::map<int, std::set<int>> named_threads, used_threads;
   std::map<std::string, int> comm_by_op;
+  std::map<int, std::vector<std::pair<double, double>>> compute_phases;  // per rank: (ts, dur) in µs, not waits
   const std::set<std::string> compute_names = {"forward", "backward head + final norm", "backward block 1",
                                                "backward block 0", "backward embeddings", "optimizer",
                                                "wait: gradient", "wait: weights"};
@@ -151,10 +152,11 @@ TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
     const int tid = e.at("tid").get<int>();
     used_threads[pid].insert(tid);
     EXPECT_GE(e.at("ts").get<double>(), 0.0) << e.dump();
-    EXPECT_GE(e.at("dur").get<double>(), 0.0) << e.dump();
     const int step = e.at("args").at("step").get<int>();
     EXPECT_TRUE(step == 1 || step == 2) << e.dump();
     const std::string name = e.at("name");
+    if (tid == 0 && name.rfind("wait:", 0) != 0)
+      compute_phases[pid].push_back({e.at("ts").get<double>(), e.at("dur").get<double>()});
     if (tid == 0) {
       EXPECT_TRUE(compute_names.count(name)) << e.dump();
       continue;
@@ -172,6 +174,15 @@ TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
     ++comm_by_op[op];
   }
   EXPECT_EQ(named_processes, (std::set<int>{0, 1, 2}));
+  // The compute thread's phases (forward, each unit's backward, optimizer) follow one another: sorted by start,
+  // none has a negative length or begins before the previous one ended (1 µs for the printed rounding).
+  for (auto& [pid, phases] : compute_phases) {
+    std::sort(phases.begin(), phases.end());
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      EXPECT_GE(phases[i].second, 0.0) << "rank " << pid << " phase " << i;
+      if (i > 0) EXPECT_GE(phases[i].first, phases[i - 1].first + phases[i - 1].second - 1.0) << "rank " << pid;
+    }
+  }
   for (int pid = 0; pid < 3; ++pid) {
     EXPECT_EQ(named_threads[pid], (std::set<int>{0, 1})) << pid;
     EXPECT_EQ(used_threads[pid], (std::set<int>{0, 1})) << pid;
