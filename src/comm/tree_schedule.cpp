@@ -107,33 +107,29 @@ void scatter_down(const Tree& tree, Schedule& schedule) {
   }
 }
 
+// The way up, then the way down, in one schedule.
+Schedule tree_schedule(int rank, int size, std::size_t count, void (*up)(const Tree&, Schedule&),
+                       void (*down)(const Tree&, Schedule&)) {
+  const Tree tree(rank, size, count);
+  Schedule schedule = empty_rounds(tree);
+  up(tree, schedule);
+  down(tree, schedule);
+  schedule.finish();
+  return schedule;
+}
+
 }  // namespace
 
 Schedule tree_all_reduce_schedule(int rank, int size, std::size_t count) {
-  const Tree tree(rank, size, count);
-  Schedule schedule = empty_rounds(tree);
-  reduce_up(tree, schedule);
-  broadcast_down(tree, schedule);
-  schedule.finish();
-  return schedule;
+  return tree_schedule(rank, size, count, reduce_up, broadcast_down);
 }
 
 Schedule tree_reduce_scatter_schedule(int rank, int size, std::size_t count) {
-  const Tree tree(rank, size, count);
-  Schedule schedule = empty_rounds(tree);
-  reduce_up(tree, schedule);
-  scatter_down(tree, schedule);
-  schedule.finish();
-  return schedule;
+  return tree_schedule(rank, size, count, reduce_up, scatter_down);
 }
 
 Schedule tree_all_gather_schedule(int rank, int size, std::size_t count) {
-  const Tree tree(rank, size, count);
-  Schedule schedule = empty_rounds(tree);
-  gather_up(tree, schedule);
-  broadcast_down(tree, schedule);
-  schedule.finish();
-  return schedule;
+  return tree_schedule(rank, size, count, gather_up, broadcast_down);
 }
 
 }  // namespace dptrain

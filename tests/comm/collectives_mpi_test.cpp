@@ -19,6 +19,7 @@
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/error.hpp"
 #include "expected_bytes.hpp"
+#include "global_sum.hpp"
 
 namespace dptrain {
 namespace {
@@ -36,12 +37,6 @@ std::unique_ptr<Collectives> make(const Variant& variant, MpiTransport& transpor
   return make_collectives(variant.algo, transport, host_reduce_add, host_memory(), variant.ring_piece_bytes);
 }
 constexpr std::size_t kLargeCount = 1000003;  // prime: unequal chunks for every p > 1
-
-long global_sum(long value) {
-  long total = 0;
-  MPI_Allreduce(&value, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  return total;
-}
 
 float contribution(int rank, std::size_t i) {
   const int units = static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % 9) - 4;

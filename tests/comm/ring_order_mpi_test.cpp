@@ -13,16 +13,11 @@
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/core/bf16.hpp"
+#include "global_sum.hpp"
 #include "ring_order.hpp"
 
 namespace dptrain {
 namespace {
-
-long global_sum(long value) {
-  long total = 0;
-  MPI_Allreduce(&value, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  return total;
-}
 
 // Bits of element i of a buffer of dtype, widened to fp32 bits (BF16 is the top half).
 std::uint32_t bits_at(const std::vector<std::byte>& bytes, std::size_t i, DType dtype) {

@@ -8,15 +8,10 @@
 #include <vector>
 
 #include "dptrain/comm/mpi_transport.hpp"
+#include "global_sum.hpp"
 
 namespace dptrain {
 namespace {
-
-long global_sum(long value) {
-  long total = 0;
-  MPI_Allreduce(&value, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  return total;
-}
 
 // Each rank sends `bytes` to its right neighbour and receives as many from its left, sends posted first.
 long ring_exchange_errors(MpiTransport& transport, std::size_t bytes) {
