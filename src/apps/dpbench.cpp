@@ -192,9 +192,7 @@ class Runner {
   Runner(const Options& options, MpiTransport& transport, Algorithm algo)
       : options_(options),
         transport_(transport),
-        collectives_(algo == Algorithm::ring
-                         ? make_ring_collectives(transport, host_reduce_add, options.ring_piece_bytes)
-                         : make_collectives(algo, transport)) {}
+        collectives_(make_collectives(algo, transport, host_reduce_add, host_memory(), options.ring_piece_bytes)) {}
 
   void run_once(Elements& data, Elements& incoming, std::size_t count) {
     if (options_.op != BenchOp::sendrecv) {
@@ -203,8 +201,8 @@ class Runner {
       return;
     }
     const int p = transport_.size(), r = transport_.rank();
-    Request requests[2] = {transport_.irecv((r - 1 + p) % p, 1, incoming.bytes.data(), incoming.bytes.size()),
-                           transport_.isend((r + 1) % p, 1, data.bytes.data(), data.bytes.size())};
+    Request requests[2] = {transport_.irecv((r - 1 + p) % p, incoming.bytes.data(), incoming.bytes.size()),
+                           transport_.isend((r + 1) % p, data.bytes.data(), data.bytes.size())};
     transport_.wait_all(requests);
   }
 
@@ -253,9 +251,18 @@ class Runner {
   std::unique_ptr<Collectives> collectives_;
 };
 
-BenchResult measure(const Options& options, MpiTransport& transport, Algorithm algo, std::size_t bytes) {
+// Elements of a row of `bytes`. Reduce-scatter and all-gather round up to a multiple of the rank count, as
+// native requires (every algorithm, so the rows of one size compare the same call); the size column says so.
+std::size_t row_count(const Options& options, std::size_t bytes, int p) {
   const std::size_t count = bytes / element_size(options.dtype);
+  if (options.op != BenchOp::reduce_scatter && options.op != BenchOp::all_gather) return count;
+  const auto ranks = static_cast<std::size_t>(p);
+  return (count + ranks - 1) / ranks * ranks;
+}
+
+BenchResult measure(const Options& options, MpiTransport& transport, Algorithm algo, std::size_t bytes) {
   const int p = transport.size();
+  const std::size_t count = row_count(options, bytes, p);
   Runner runner(options, transport, algo);
   Elements data(options.dtype, count), incoming(options.dtype, count);
   runner.fill(data, count);
@@ -291,6 +298,9 @@ void print_header(const Options& options, int ranks) {
   std::printf("# dpbench: op %s, %d ranks, type %s, iters %d, warm-up %d, check %s\n",
               std::string(name_of(options.op)).c_str(), ranks, std::string(dtype_name(options.dtype)).c_str(),
               options.iters, options.warmup, options.check ? "on" : "off");
+  if (options.op == BenchOp::reduce_scatter || options.op == BenchOp::all_gather) {
+    std::printf("# counts rounded up to a multiple of %d ranks (native needs equal chunks)\n", ranks);
+  }
   std::printf("# time: slowest rank's mean per iteration; busbw = algbw x %s\n#\n",
               options.op == BenchOp::allreduce   ? "2(p-1)/p"
               : options.op == BenchOp::sendrecv ? "1"

@@ -1,22 +1,10 @@
 // The Collectives front end: timing and byte accounting around every call, the factory, ring byte counts.
 #include "dptrain/comm/collectives.hpp"
 
-#include <stdexcept>
-
-#include "dptrain/comm/mpi_transport.hpp"
-#include "dptrain/comm/native.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 
 namespace dptrain {
-
-std::byte* Scratch::get(std::size_t bytes) {
-  if (bytes > capacity_) {
-    data_.reset(new std::byte[bytes]);  // uninitialised on purpose: it is always written before being read
-    capacity_ = bytes;
-  }
-  return data_.get();
-}
 
 std::uint64_t ring_bytes_sent(CollectiveOp op, std::size_t count, DType dtype, int rank, int size) {
   // Reduce-scatter sends every chunk but the rank's own (which it receives last); all-gather every chunk but
@@ -47,17 +35,14 @@ void Collectives::run(CollectiveOp op, void* data, std::size_t count, DType dtyp
                       .seconds = seconds});
 }
 
-std::unique_ptr<Collectives> make_collectives(Algorithm algorithm, Transport& transport, ReduceAdd reduce_add) {
-  switch (algorithm) {
-    case Algorithm::ring: return make_ring_collectives(transport, std::move(reduce_add));
-    case Algorithm::tree: return make_tree_collectives(transport, std::move(reduce_add));
-    case Algorithm::native: {
-      auto* mpi = dynamic_cast<MpiTransport*>(&transport);
-      require(mpi != nullptr, "--allreduce: 'native' needs the MPI transport (this run uses another one)");
-      return make_native_collectives(*mpi);
-    }
+std::unique_ptr<Collectives> make_collectives(Algorithm algorithm, Transport& transport, ReduceAdd reduce_add,
+                                              Memory& scratch_memory, std::size_t ring_piece_bytes) {
+  if (algorithm != Algorithm::native) {
+    return make_scheduled_collectives(algorithm, transport, std::move(reduce_add), scratch_memory, ring_piece_bytes);
   }
-  throw std::logic_error("make_collectives: unknown algorithm");
+  require(transport.has_native(),
+          "--allreduce: 'native' needs a transport with its own collectives (this run's transport has none)");
+  return make_native_collectives(transport);
 }
 
 }  // namespace dptrain

@@ -20,6 +20,9 @@ void check(int code, const char* what) {
 
 static_assert(MpiTransport::kMaxPieceBytes <= static_cast<std::size_t>(INT_MAX));
 
+// The one tag of every message: matching is by source and posting order only.
+constexpr int kTag = 0;
+
 }  // namespace
 
 MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_piece_bytes) : max_piece_bytes_(max_piece_bytes) {
@@ -59,20 +62,20 @@ Request MpiTransport::post(std::size_t bytes, Post&& post_piece) {
   return Request{id};
 }
 
-Request MpiTransport::isend(int peer, int tag, const void* data, std::size_t bytes) {
+Request MpiTransport::isend(int peer, const void* data, std::size_t bytes) {
   DP_ASSERT(peer >= 0 && peer < size_);
   count_sent(bytes);
   const auto* base = static_cast<const std::byte*>(data);
   return post(bytes, [&](std::size_t offset, int piece, MPI_Request* request) {
-    check(MPI_Isend(base + offset, piece, MPI_BYTE, peer, tag, comm_, request), "MPI_Isend");
+    check(MPI_Isend(base + offset, piece, MPI_BYTE, peer, kTag, comm_, request), "MPI_Isend");
   });
 }
 
-Request MpiTransport::irecv(int peer, int tag, void* data, std::size_t bytes) {
+Request MpiTransport::irecv(int peer, void* data, std::size_t bytes) {
   DP_ASSERT(peer >= 0 && peer < size_);
   auto* base = static_cast<std::byte*>(data);
   return post(bytes, [&](std::size_t offset, int piece, MPI_Request* request) {
-    check(MPI_Irecv(base + offset, piece, MPI_BYTE, peer, tag, comm_, request), "MPI_Irecv");
+    check(MPI_Irecv(base + offset, piece, MPI_BYTE, peer, kTag, comm_, request), "MPI_Irecv");
   });
 }
 
@@ -106,6 +109,11 @@ void MpiTransport::wait_all(std::span<Request> requests) {
   for (Request& request : requests) {
     if (request.active()) release(request);
   }
+}
+
+void MpiTransport::execute(const Schedule& schedule, void* data, DType dtype, const ReduceAdd& reduce_add,
+                           Scratch& scratch, std::size_t piece_bytes) {
+  executor_.run(*this, schedule, data, dtype, reduce_add, scratch, piece_bytes);
 }
 
 }  // namespace dptrain

@@ -1,4 +1,5 @@
-// The host reduce-add: fp32 arithmetic, stored in the dtype (AVX2 for BF16 where the build targets it).
+// The host reduce-add: fp32 arithmetic stored in the element type, with an AVX2 path for BF16 (the hot loop of a
+// BF16 ring on the CPU) and a scalar tail bit-identical to it.
 #include "dptrain/core/reduce_add.hpp"
 
 #include <bit>
@@ -10,7 +11,6 @@
 #include "dptrain/core/bf16.hpp"
 
 namespace dptrain {
-
 namespace {
 
 // Same rounding as to_bf16() in core/bf16.hpp, without a branch: the NaN case is selected, not branched to.

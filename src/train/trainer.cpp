@@ -77,10 +77,11 @@ void Trainer::connect() {
                     fmt::format("{} at step {}", options_.resume.empty() ? "none" : options_.resume, first_step_)});
   require_same_on_every_rank(world_, values);
   transport_ = std::make_unique<MpiTransport>();
-  collectives_ = make_collectives(parse_algorithm(options_.allreduce), *transport_,
-                                  [this](void* acc, const void* in, std::size_t n, DType dtype) {
-                                    backend_->reduce_add(acc, in, n, dtype);
-                                  });
+  // The collectives add with the backend's reduce-add and take their receive scratch from its device memory.
+  collectives_ = make_collectives(
+      parse_algorithm(options_.allreduce), *transport_,
+      [this](void* acc, const void* in, std::size_t n, DType dtype) { backend_->reduce_add(acc, in, n, dtype); },
+      backend_->device());
   if (options_.link.empty()) {
     const std::size_t gradient_bytes = engine_->layout().total() * element_size(options_.grad_dtype);
     link_ = calibrate_link(*collectives_, std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0);

@@ -1,19 +1,25 @@
 // Ring, tree and native collectives under mpiexec, against exact sums: every op × dtype × count in
-// {0, 1, p−1, p, 1000003}. Contributions are integers in [−4, 4] times a power of two per element, so every
-// partial sum in any order is exact even in BF16 (|sum| ≤ 4·p ≤ 24 units): the three algorithms must then agree
-// bit for bit. Also checks the exact wire bytes each rank sent (ring and tree) and the log records. Verdicts are
-// summed over ranks so rank 0, the only one printing, reports every rank's errors.
+// {0, 1, p−1, p, 1000003, 4099·p}. Contributions are integers in [−4, 4] times a power of two per
+// element, so every partial sum in any order is exact even in BF16 (|sum| ≤ 4·p ≤ 24 units): the algorithms must
+// then agree bit for bit. Native reduce-scatter and all-gather must refuse counts p does not divide. Also checks
+// the exact wire bytes each rank sent, the log records, and that the scratch comes from the Memory given. Verdicts
+// are summed over ranks so rank 0, the only one printing, reports every rank's errors.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/core/bf16.hpp"
+#include "dptrain/core/error.hpp"
+#include "expected_bytes.hpp"
+#include "global_sum.hpp"
 
 namespace dptrain {
 namespace {
@@ -28,18 +34,9 @@ const Variant kVariants[] = {{Algorithm::ring}, {Algorithm::ring, 1000}, {Algori
                              {Algorithm::tree}, {Algorithm::native}};
 
 std::unique_ptr<Collectives> make(const Variant& variant, MpiTransport& transport) {
-  if (variant.algo == Algorithm::ring) {
-    return make_ring_collectives(transport, host_reduce_add, variant.ring_piece_bytes);
-  }
-  return make_collectives(variant.algo, transport);
+  return make_collectives(variant.algo, transport, host_reduce_add, host_memory(), variant.ring_piece_bytes);
 }
 constexpr std::size_t kLargeCount = 1000003;  // prime: unequal chunks for every p > 1
-
-long global_sum(long value) {
-  long total = 0;
-  MPI_Allreduce(&value, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-  return total;
-}
 
 float contribution(int rank, std::size_t i) {
   const int units = static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % 9) - 4;
@@ -106,58 +103,46 @@ long wrong_elements(const Buffer& result, CollectiveOp op, int r, int p) {
   return wrong;
 }
 
-std::size_t subtree_elements(std::size_t count, int p, int node) {
-  if (node >= p) return 0;
-  return chunk_size(count, p, node) + subtree_elements(count, p, 2 * node + 1) +
-         subtree_elements(count, p, 2 * node + 2);
-}
-
-// Wire bytes rank r must send, counted independently of the implementation from what each algorithm moves.
-std::uint64_t expected_bytes_sent(Algorithm algo, CollectiveOp op, std::size_t count, DType dtype, int r, int p) {
-  if (p == 1 || count == 0) return 0;
-  const std::uint64_t element = element_size(dtype), whole = count * element;
-  if (algo != Algorithm::tree) {  // ring, and native which records what the ring would send
-    const std::uint64_t reduce_scatter = (count - chunk_size(count, p, r)) * element;
-    const std::uint64_t all_gather = (count - chunk_size(count, p, (r + 1) % p)) * element;
-    if (op == CollectiveOp::reduce_scatter) return reduce_scatter;
-    if (op == CollectiveOp::all_gather) return all_gather;
-    return reduce_scatter + all_gather;
-  }
-  const int children = (2 * r + 1 < p) + (2 * r + 2 < p);
-  const std::uint64_t to_parent = r == 0 ? 0 : whole;
-  switch (op) {
-    case CollectiveOp::all_reduce: return to_parent + children * whole;
-    case CollectiveOp::reduce_scatter:
-      return to_parent + (subtree_elements(count, p, 2 * r + 1) + subtree_elements(count, p, 2 * r + 2)) * element;
-    case CollectiveOp::all_gather: return (r == 0 ? 0 : subtree_elements(count, p, r) * element) + children * whole;
-  }
-  return 0;
-}
-
 void check_op(CollectiveOp op) {
   MpiTransport transport;
   const int p = transport.size(), r = transport.rank();
   for (DType dtype : {DType::bf16, DType::f32}) {
-    for (std::size_t count : std::set<std::size_t>{0, 1, std::size_t(p - 1), std::size_t(p), kLargeCount}) {
+    const std::size_t large_multiple = 4099 * static_cast<std::size_t>(p);  // several 1000 B pieces per chunk
+    for (std::size_t count :
+         std::set<std::size_t>{0, 1, std::size_t(p - 1), std::size_t(p), kLargeCount, large_multiple}) {
       SCOPED_TRACE(::testing::Message() << collective_op_name(op) << " " << dtype_name(dtype) << " count " << count);
       std::vector<Buffer> results;
       long wrong = 0, wrong_bytes = 0, wrong_records = 0;
+      long wrong_refusals = 0;
       for (const Variant& variant : kVariants) {
         const Algorithm algo = variant.algo;
         auto collectives = make(variant, transport);
         Buffer buffer = input(op, dtype, count, r, p);
+        if (algo == Algorithm::native && op != CollectiveOp::all_reduce && count % p != 0) {
+          // Every rank refuses on its own, before any communication, so no rank is left waiting.
+          try {
+            collectives->run(op, buffer.bytes.data(), count, dtype);
+            ++wrong_refusals;
+          } catch (const UserError& e) {
+            wrong_refusals += std::string(e.what()).find("divisible by the number of ranks") == std::string::npos;
+          }
+          continue;
+        }
         collectives->run(op, buffer.bytes.data(), count, dtype);
         wrong += wrong_elements(buffer, op, r, p);
         const auto records = collectives->log().records();
+        // A call that communicates takes time; a no-op (one rank, nothing to move) may not register any.
+        const bool moved = p > 1 && count > 0;
         wrong_records += records.size() != 1 || records[0].op != op || records[0].algo != algo ||
                          records[0].dtype != dtype || records[0].count != count ||
-                         records[0].bytes != count * element_size(dtype) || !(records[0].seconds >= 0);
+                         records[0].bytes != count * element_size(dtype) || (moved && !(records[0].seconds > 0));
         if (!records.empty()) wrong_bytes += records[0].bytes_sent != expected_bytes_sent(algo, op, count, dtype, r, p);
         results.push_back(std::move(buffer));
       }
       EXPECT_EQ(global_sum(wrong), 0);
       EXPECT_EQ(global_sum(wrong_bytes), 0);
       EXPECT_EQ(global_sum(wrong_records), 0);
+      EXPECT_EQ(global_sum(wrong_refusals), 0);
       // Bitwise agreement of all variants on the defined part of the result.
       std::size_t begin = 0, end = count;
       if (op == CollectiveOp::reduce_scatter) begin = chunk_begin(count, p, r), end = chunk_begin(count, p, r + 1);
@@ -202,12 +187,68 @@ TEST(CommCollectives, RingReducesThroughTheCallback) {
     host_reduce_add(acc, in, n, dtype);
   };
   std::vector<float> data(count, 2.0f);
-  Scratch scratch;
-  ring_all_reduce(transport, counting, data.data(), count, DType::f32, scratch);
+  make_collectives(Algorithm::ring, transport, counting)->all_reduce(data.data(), count, DType::f32);
   const std::size_t expected = p == 1 ? 0 : count - chunk_size(count, p, (r - 1 + p) % p);
   EXPECT_EQ(global_sum(reduced != expected), 0);
   long wrong = 0;
   for (float x : data) wrong += x != 2.0f * p;
+  EXPECT_EQ(global_sum(wrong), 0);
+}
+
+// Host memory that counts what is allocated from it and how much it still holds.
+class CountingMemory final : public Memory {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* data = host_memory().allocate(bytes);
+    ++allocations;
+    held += bytes;
+    sizes[data] = bytes;
+    return data;
+  }
+  void release(void* data) noexcept override {
+    held -= sizes[data];
+    sizes.erase(data);
+    host_memory().release(data);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override { host_memory().copy(dst, src, bytes); }
+  void zero(void* dst, std::size_t bytes) override { host_memory().zero(dst, bytes); }
+  void upload(void* dst, const void* src, std::size_t bytes) override { host_memory().upload(dst, src, bytes); }
+  void download(void* dst, const void* src, std::size_t bytes) override { host_memory().download(dst, src, bytes); }
+  bool host_accessible() const override { return true; }
+
+  int allocations = 0;
+  std::size_t held = 0;
+  std::map<void*, std::size_t> sizes;
+};
+
+// The receive scratch comes from the Memory given to make_collectives and goes back to it with the collectives:
+// the ring's is kReceiveWindow pieces, a tree rank's one whole vector per child.
+TEST(CommCollectives, ScratchComesFromTheMemoryGiven) {
+  MpiTransport transport;
+  const int p = transport.size(), r = transport.rank();
+  const std::size_t count = std::size_t{1} << 20;  // fp32: 4 MiB, so up to p = 6 a ring chunk spans ≥ 2 pieces
+  CountingMemory memory;
+  long wrong = 0;
+  for (Algorithm algo : {Algorithm::ring, Algorithm::tree}) {
+    {
+      auto collectives = make_collectives(algo, transport, host_reduce_add, memory);
+      std::vector<float> data(count, 1.0f);
+      collectives->all_reduce(data.data(), count, DType::f32);
+      collectives->all_reduce(data.data(), count, DType::f32);  // the second call reuses the scratch
+      for (float x : data) wrong += x != static_cast<float>(p * p);
+      std::size_t expected = 0;  // bytes of scratch this rank needs
+      if (p > 1 && algo == Algorithm::ring) {
+        expected = PointToPointExecutor::kReceiveWindow * kRingPieceBytes;  // every chunk spans ≥ 2 pieces
+      }
+      if (p > 1 && algo == Algorithm::tree) {
+        expected = ((2 * r + 1 < p) + (2 * r + 2 < p)) * count * 4;  // one whole vector per child
+      }
+      wrong += memory.held != expected;
+      wrong += memory.allocations != (expected > 0 ? 1 : 0);
+    }
+    wrong += memory.held != 0;  // released with the collectives
+    memory.allocations = 0;
+  }
   EXPECT_EQ(global_sum(wrong), 0);
 }
 

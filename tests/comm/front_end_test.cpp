@@ -1,8 +1,10 @@
-// The Collectives front end without MPI: algorithm names, the factory's refusal of `native` on a non-MPI
-// transport, and the CommLog records of calls on a single rank.
+// The Collectives front end without MPI: algorithm names, the factory's refusal of `native` on a transport
+// without native collectives, the refusal of scratch memory the host cannot reach, the native chunk rule, and the
+// CommLog records of calls on a single rank.
 #include <gtest/gtest.h>
 
 #include "dptrain/comm/collectives.hpp"
+#include "dptrain/comm/point_to_point_executor.hpp"
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
@@ -13,9 +15,28 @@ class SoloTransport final : public Transport {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  Request isend(int, int, const void*, std::size_t) override { throw std::logic_error("isend on a group of one"); }
-  Request irecv(int, int, void*, std::size_t) override { throw std::logic_error("irecv on a group of one"); }
+  Request isend(int, const void*, std::size_t) override { throw std::logic_error("isend on a group of one"); }
+  Request irecv(int, void*, std::size_t) override { throw std::logic_error("irecv on a group of one"); }
   void wait(Request&) override {}
+  void execute(const Schedule& schedule, void* data, DType dtype, const ReduceAdd& reduce_add, Scratch& scratch,
+               std::size_t piece_bytes) override {
+    executor_.run(*this, schedule, data, dtype, reduce_add, scratch, piece_bytes);
+  }
+
+ private:
+  PointToPointExecutor executor_;
+};
+
+// Memory the host may not touch (as a GPU's): allocations are plain host memory, but it says otherwise.
+class DeviceLikeMemory final : public Memory {
+ public:
+  void* allocate(std::size_t bytes) override { return host_memory().allocate(bytes); }
+  void release(void* data) noexcept override { host_memory().release(data); }
+  void copy(void* dst, const void* src, std::size_t bytes) override { host_memory().copy(dst, src, bytes); }
+  void zero(void* dst, std::size_t bytes) override { host_memory().zero(dst, bytes); }
+  void upload(void* dst, const void* src, std::size_t bytes) override { host_memory().upload(dst, src, bytes); }
+  void download(void* dst, const void* src, std::size_t bytes) override { host_memory().download(dst, src, bytes); }
+  bool host_accessible() const override { return false; }
 };
 
 TEST(CommAlgorithm, NamesRoundTripAndBadNameIsAUserError) {
@@ -31,9 +52,39 @@ TEST(CommAlgorithm, NamesRoundTripAndBadNameIsAUserError) {
   EXPECT_EQ(collective_op_name(CollectiveOp::reduce_scatter), "reduce_scatter");
 }
 
-TEST(CommFrontEnd, NativeNeedsTheMpiTransport) {
+TEST(CommFrontEnd, NativeNeedsATransportWithItsOwnCollectives) {
   SoloTransport solo;
-  EXPECT_THROW(make_collectives(Algorithm::native, solo), UserError);
+  EXPECT_FALSE(solo.has_native());
+  try {
+    make_collectives(Algorithm::native, solo);
+    FAIL() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "--allreduce: 'native' needs a transport with its own collectives (this run's "
+                           "transport has none)");
+  }
+  float x = 0;
+  EXPECT_THROW(solo.native(CollectiveOp::all_reduce, &x, 1, DType::f32), std::logic_error);
+}
+
+TEST(CommFrontEnd, NativeChunkRuleNamesCountRanksAndFix) {
+  EXPECT_NO_THROW(require_native_chunks(CollectiveOp::reduce_scatter, 12, 4));
+  EXPECT_NO_THROW(require_native_chunks(CollectiveOp::all_reduce, 10, 4));  // all-reduce has no chunks to give
+  EXPECT_NO_THROW(require_native_chunks(CollectiveOp::all_gather, 0, 3));
+  try {
+    require_native_chunks(CollectiveOp::all_gather, 10, 4);
+    FAIL() << "no UserError";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "native all_gather needs a count divisible by the number of ranks, got count 10 on 4 "
+                           "ranks (pad it to a multiple of 4, or use ring or tree)");
+  }
+}
+
+TEST(CommFrontEnd, ThePointToPointExecutorRefusesScratchTheHostCannotReach) {
+  SoloTransport solo;
+  DeviceLikeMemory device;
+  auto ring = make_collectives(Algorithm::ring, solo, host_reduce_add, device);
+  std::vector<float> data{1, 2, 3};
+  EXPECT_THROW(ring->all_reduce(data.data(), data.size(), DType::f32), std::logic_error);
 }
 
 TEST(CommFrontEnd, SingleRankCallsAreNoOpsAndAreLogged) {

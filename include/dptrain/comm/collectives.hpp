@@ -1,11 +1,12 @@
-// Collectives written once over any Transport plus a ReduceAdd: ring, binary tree, and `native` (the MPI
-// library's own), behind one polymorphic front end (Collectives) that times and accounts every call.
+// Collectives: the front end the trainer and dpbench call. Ring and binary tree are schedules (schedule.hpp)
+// executed by the transport; `native` is the transport's library's own. Every call is timed and accounted.
 //
 // Every operation works in place on `count` elements of `dtype` at `data`, split into size() chunks by the
 // balanced rule of chunks.hpp:
 //   all_reduce      every chunk ends as the sum over ranks;
 //   reduce_scatter  rank r ends with chunk r summed over ranks (the other chunks are left unspecified);
 //   all_gather      rank r's chunk r must be valid on entry; every chunk is valid on exit.
+// `native` reduce_scatter and all_gather also need size() to divide count (UserError otherwise).
 // Every rank must call the same operations in the same order with the same count and dtype.
 #pragma once
 #include <cstddef>
@@ -17,39 +18,13 @@
 #include "dptrain/comm/comm_log.hpp"
 #include "dptrain/comm/dtype.hpp"
 #include "dptrain/comm/transport.hpp"
+#include "dptrain/core/memory.hpp"
 
 namespace dptrain {
 
-// Receive scratch kept across calls, so the largest buffer a collective needs is allocated once, not per call.
-class Scratch {
- public:
-  std::byte* get(std::size_t bytes);
-
- private:
-  std::unique_ptr<std::byte[]> data_;
-  std::size_t capacity_ = 0;
-};
-
-// Ring (ring.cpp): p−1 steps; each step sends one chunk to rank+1 and receives one from rank−1. Chunks move in
-// pieces of at most piece_bytes, each forwarded as soon as it is ready (docs/collectives.md has the measurements
-// behind the default); SIZE_MAX sends every chunk as one message.
+// The ring's messages move in pieces of this size, each forwarded as soon as it is ready (docs/collectives.md has
+// the measurements behind it); SIZE_MAX sends every chunk as one message. The tree always sends whole messages.
 inline constexpr std::size_t kRingPieceBytes = std::size_t{256} << 10;
-void ring_reduce_scatter(Transport& transport, const ReduceAdd& reduce_add, void* data, std::size_t count,
-                         DType dtype, Scratch& scratch, std::size_t piece_bytes = kRingPieceBytes);
-void ring_all_gather(Transport& transport, void* data, std::size_t count, DType dtype,
-                     std::size_t piece_bytes = kRingPieceBytes);
-void ring_all_reduce(Transport& transport, const ReduceAdd& reduce_add, void* data, std::size_t count,
-                     DType dtype, Scratch& scratch, std::size_t piece_bytes = kRingPieceBytes);
-
-// Binary tree (tree.cpp), rank 0 the root, children of r are 2r+1 and 2r+2, whole messages (not pipelined).
-//   all_reduce:     reduce the whole vector up to the root, broadcast it down.
-//   reduce_scatter: reduce the whole vector up, then scatter down (each child gets its subtree's chunks).
-//   all_gather:     gather up (each node forwards its subtree's chunks), then broadcast the whole vector down.
-void tree_all_reduce(Transport& transport, const ReduceAdd& reduce_add, void* data, std::size_t count,
-                     DType dtype, Scratch& scratch);
-void tree_reduce_scatter(Transport& transport, const ReduceAdd& reduce_add, void* data, std::size_t count,
-                         DType dtype, Scratch& scratch);
-void tree_all_gather(Transport& transport, void* data, std::size_t count, DType dtype);
 
 // Bytes rank `rank` of `size` sends in the ring algorithm for one call: the sizes of the chunks it sends.
 // All-reduce: 2·count − chunk(r) − chunk(r+1) elements, i.e. 2(p−1)/p·M when p divides count.
@@ -91,13 +66,18 @@ class Collectives {
   CommLog log_;
 };
 
-// `native` needs an MpiTransport (it runs MPI collectives on its communicator): UserError otherwise.
+// ring and tree reduce with `reduce_add` and take their receive scratch from `scratch_memory` (the MPI transport
+// needs host-accessible memory); ring_piece_bytes sets the ring's pipelining. `native` needs a transport with its
+// own collectives (transport.has_native(); UserError otherwise) and ignores the other arguments.
 std::unique_ptr<Collectives> make_collectives(Algorithm algorithm, Transport& transport,
-                                              ReduceAdd reduce_add = host_reduce_add);
+                                              ReduceAdd reduce_add = host_reduce_add,
+                                              Memory& scratch_memory = host_memory(),
+                                              std::size_t ring_piece_bytes = kRingPieceBytes);
 
-// The per-algorithm factories behind make_collectives (ring.cpp, tree.cpp, native.cpp).
-std::unique_ptr<Collectives> make_ring_collectives(Transport& transport, ReduceAdd reduce_add,
-                                                   std::size_t piece_bytes = kRingPieceBytes);
-std::unique_ptr<Collectives> make_tree_collectives(Transport& transport, ReduceAdd reduce_add);
+// The two kinds behind make_collectives (scheduled_collectives.cpp, native_collectives.cpp).
+std::unique_ptr<Collectives> make_scheduled_collectives(Algorithm algorithm, Transport& transport,
+                                                        ReduceAdd reduce_add, Memory& scratch_memory,
+                                                        std::size_t ring_piece_bytes);
+std::unique_ptr<Collectives> make_native_collectives(Transport& transport);
 
 }  // namespace dptrain

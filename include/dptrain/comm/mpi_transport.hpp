@@ -1,11 +1,14 @@
 // MpiTransport: Transport over MPI point-to-point (MPI_Isend/MPI_Irecv of MPI_BYTE) on a private duplicate of
-// the communicator it is given, so its traffic can never match anyone else's. Messages over INT_MAX bytes are
-// split into pieces (MPI counts are int); one Request then stands for all pieces.
+// the communicator it is given, so its traffic can never match anyone else's. Every message carries one fixed tag:
+// MPI's non-overtaking rule then gives the Transport's pair-wise posting order. Messages over INT_MAX bytes are
+// split into pieces (MPI counts are int); one Request then stands for all pieces. Schedules run on the
+// PointToPointExecutor; the native collectives are MPI's own (mpi_native.cpp).
 #pragma once
 #include <mpi.h>
 
 #include <vector>
 
+#include "dptrain/comm/point_to_point_executor.hpp"
 #include "dptrain/comm/transport.hpp"
 
 namespace dptrain {
@@ -23,12 +26,20 @@ class MpiTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Request isend(int peer, int tag, const void* data, std::size_t bytes) override;
-  Request irecv(int peer, int tag, void* data, std::size_t bytes) override;
+  Request isend(int peer, const void* data, std::size_t bytes) override;
+  Request irecv(int peer, void* data, std::size_t bytes) override;
   void wait(Request& request) override;
   void wait_all(std::span<Request> requests) override;
 
-  // The duplicated communicator (the native collectives run on it).
+  void execute(const Schedule& schedule, void* data, DType dtype, const ReduceAdd& reduce_add, Scratch& scratch,
+               std::size_t piece_bytes) override;
+
+  // MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather in place; BF16 through a user-defined MPI_Op that adds
+  // with host_reduce_add (mpi_native.cpp).
+  bool has_native() const override { return true; }
+  void native(CollectiveOp op, void* data, std::size_t count, DType dtype) override;
+
+  // The duplicated communicator.
   MPI_Comm communicator() const { return comm_; }
 
  private:
@@ -46,6 +57,7 @@ class MpiTransport final : public Transport {
   std::vector<std::vector<MPI_Request>> slots_;
   std::vector<std::int64_t> free_slots_;
   std::vector<MPI_Request> wait_scratch_;
+  PointToPointExecutor executor_;
 };
 
 }  // namespace dptrain

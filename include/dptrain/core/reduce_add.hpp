@@ -1,4 +1,6 @@
-// The host reduce-add every reduction on host memory uses (the ring's hops, MPI's BF16 sum, the cpu backend).
+// The host reduce-add: accumulate[i] += incoming[i] with fp32 arithmetic, stored in the element type. Used by the
+// collectives at every hop of a reduction on host memory (and by the CPU compute backend), so every place that
+// adds gradients on the host rounds the same way.
 #pragma once
 #include <cstddef>
 
@@ -6,8 +8,9 @@
 
 namespace dptrain {
 
-// accumulate[i] += incoming[i] for i < count, adding in fp32 and storing in the dtype. For BF16 every call rounds
-// once, acc = to_bf16(to_float(acc) + to_float(in)), which is exactly what NCCL does per hop of a ring.
+// accumulate[i] += incoming[i] for i < count (both arrays of `count` elements of dtype, not overlapping). For BF16
+// every call rounds once, acc = to_bf16(to_float(acc) + to_float(in)) (nearest, ties to even, NaN kept quiet),
+// which is exactly what NCCL does per hop of a ring; fp32 is a plain fp32 add.
 void host_reduce_add(void* accumulate, const void* incoming, std::size_t count, DType dtype);
 
 }  // namespace dptrain
