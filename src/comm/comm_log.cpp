@@ -8,11 +8,6 @@ void CommLog::add(const CommRecord& record) {
   records_.push_back(record);
 }
 
-std::vector<CommRecord> CommLog::records() const {
-  std::lock_guard lock(mutex_);
-  return records_;
-}
-
 std::vector<CommRecord> CommLog::take() {
   std::lock_guard lock(mutex_);
   std::vector<CommRecord> taken;
@@ -23,32 +18,6 @@ std::vector<CommRecord> CommLog::take() {
 void CommLog::clear() {
   std::lock_guard lock(mutex_);
   records_.clear();
-}
-
-std::size_t CommLog::size() const {
-  std::lock_guard lock(mutex_);
-  return records_.size();
-}
-
-double CommLog::total_seconds() const {
-  std::lock_guard lock(mutex_);
-  double total = 0;
-  for (const auto& r : records_) total += r.seconds;
-  return total;
-}
-
-std::uint64_t CommLog::total_bytes() const {
-  std::lock_guard lock(mutex_);
-  std::uint64_t total = 0;
-  for (const auto& r : records_) total += r.bytes;
-  return total;
-}
-
-std::uint64_t CommLog::total_bytes_sent() const {
-  std::lock_guard lock(mutex_);
-  std::uint64_t total = 0;
-  for (const auto& r : records_) total += r.bytes_sent;
-  return total;
 }
 
 }  // namespace dptrain

@@ -25,14 +25,8 @@ struct CommRecord {
 class CommLog {
  public:
   void add(const CommRecord& record);
-  std::vector<CommRecord> records() const;  // a copy, oldest first
-  std::vector<CommRecord> take();           // the records, leaving the log empty
+  std::vector<CommRecord> take();  // the records, oldest first, leaving the log empty
   void clear();
-
-  std::size_t size() const;
-  double total_seconds() const;
-  std::uint64_t total_bytes() const;
-  std::uint64_t total_bytes_sent() const;
 
  private:
   mutable std::mutex mutex_;
