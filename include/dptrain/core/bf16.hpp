@@ -5,12 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dptrain/core/bf16_type.hpp"
+
 namespace dptrain {
 
-struct bf16 {
-  std::uint16_t bits = 0;
-};
-static_assert(sizeof(bf16) == 2);
 
 inline float to_float(bf16 x) { return std::bit_cast<float>(static_cast<std::uint32_t>(x.bits) << 16); }
 

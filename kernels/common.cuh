@@ -1,0 +1,42 @@
+// What every kernel file includes: the CUDA runtime under nvcc, or the CPU harness that the kernel tests include
+// first (tests/kernels/cuda_on_cpu.hpp) under g++; warp reductions; BF16 conversions usable on both sides.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#include <cuda_runtime.h>
+#elif !defined(DPTRAIN_CUDA_ON_CPU)
+#error "kernels/ are compiled by nvcc, or by g++ after tests/kernels/cuda_on_cpu.hpp"
+#endif
+
+#include "dptrain/core/bf16_type.hpp"
+
+namespace dptrain::kernels {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// BF16 ↔ fp32 with the rounding of core/bf16.hpp (nearest, ties to even; NaN stays a quiet NaN).
+__host__ __device__ __forceinline__ float to_f32(bf16 x) {
+  const std::uint32_t u = std::uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+__host__ __device__ __forceinline__ bf16 to_bf16_rne(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return bf16{std::uint16_t((u >> 16) | 0x0040u)};
+  return bf16{std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+// Σ over the 32 lanes of a warp, every lane getting the same bits (a butterfly: the same additions in the same
+// order on every lane).
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
+  return x;
+}
+
+}  // namespace dptrain::kernels

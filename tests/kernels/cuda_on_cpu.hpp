@@ -1,0 +1,115 @@
+// CUDA on the CPU, for testing kernels/ in CI without a GPU: the subset of CUDA C++ the kernels may use, compiled
+// by g++. A launch runs the grid's blocks one after another; each block's threads are real std::threads, so
+// __syncthreads is a std::barrier every thread of the block reaches, and ThreadSanitizer can see races in shared
+// memory. What it allows (../CUDA.md, "Testing without a GPU"): __global__/__device__ functions, blockIdx,
+// threadIdx, blockDim, gridDim, static __shared__ arrays (one block runs at a time, so a static variable is the
+// block's shared memory), __syncthreads reached by every thread, full-mask __shfl_xor_sync/__shfl_down_sync within
+// warps of 32 (blockDim.x a multiple of 32), and launch<<<>>> through `launch(kernel, grid, block, args...)`.
+// Not allowed: warp-synchronous code without a shuffle, inline PTX, tensor cores, spinning on other blocks' flags.
+#pragma once
+#ifdef __CUDACC__
+#error "cuda_on_cpu.hpp is for g++ builds of the kernels; nvcc has the real thing"
+#endif
+#define DPTRAIN_CUDA_ON_CPU 1
+
+#include <barrier>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __restrict__ __restrict
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+namespace cuda_on_cpu {
+
+inline constexpr unsigned kWarpSize = 32;
+
+// One warp's exchange slots for shuffles: each lane writes its value, the warp meets, each lane reads its partner's.
+struct Warp {
+  explicit Warp(unsigned lanes) : meet(lanes), slots(lanes) {}
+  std::barrier<> meet;
+  std::vector<double> slots;  // wide enough for float and int
+};
+
+struct Block {
+  explicit Block(unsigned threads) : sync(threads) {
+    for (unsigned w = 0; w < threads / kWarpSize; ++w) warps.push_back(std::make_unique<Warp>(kWarpSize));
+  }
+  std::barrier<> sync;
+  std::vector<std::unique_ptr<Warp>> warps;
+};
+
+struct ThreadState {
+  dim3 block_idx, thread_idx, block_dim, grid_dim;
+  Block* block = nullptr;
+};
+inline thread_local ThreadState self;
+
+template <typename T>
+T shuffle(T value, unsigned source_lane) {
+  static_assert(sizeof(T) <= sizeof(double));
+  Warp& warp = *self.block->warps[self.thread_idx.x / kWarpSize];
+  const unsigned lane = self.thread_idx.x % kWarpSize;
+  double slot = 0;
+  std::memcpy(&slot, &value, sizeof(T));
+  warp.slots[lane] = slot;
+  warp.meet.arrive_and_wait();
+  T result;
+  const double read = warp.slots[source_lane % kWarpSize];
+  std::memcpy(&result, &read, sizeof(T));
+  warp.meet.arrive_and_wait();  // nobody overwrites a slot before every lane has read
+  return result;
+}
+
+// Runs kernel<<<grid, block>>>(args...) to completion. Only the x dimensions are used by the kernels so far.
+template <typename Kernel, typename... Args>
+void launch(Kernel kernel, dim3 grid, dim3 block, Args... args) {
+  const unsigned threads = block.x * block.y * block.z;
+  if (block.y != 1 || block.z != 1 || threads % kWarpSize != 0)
+    throw std::invalid_argument("cuda_on_cpu: blocks must be 1-D with a multiple of 32 threads");
+  for (unsigned b = 0; b < grid.x * grid.y * grid.z; ++b) {
+    Block state(threads);
+    std::vector<std::thread> team;
+    team.reserve(threads);
+    for (unsigned t = 0; t < threads; ++t)
+      team.emplace_back([&, t] {
+        self = {dim3(b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)), dim3(t), block, grid, &state};
+        kernel(args...);
+      });
+    for (std::thread& thread : team) thread.join();
+  }
+}
+
+}  // namespace cuda_on_cpu
+
+#define blockIdx (cuda_on_cpu::self.block_idx)
+#define threadIdx (cuda_on_cpu::self.thread_idx)
+#define blockDim (cuda_on_cpu::self.block_dim)
+#define gridDim (cuda_on_cpu::self.grid_dim)
+
+inline void __syncthreads() { cuda_on_cpu::self.block->sync.arrive_and_wait(); }
+template <typename T>
+T __shfl_xor_sync(unsigned, T value, int lane_mask) {
+  return cuda_on_cpu::shuffle(value, (threadIdx.x % cuda_on_cpu::kWarpSize) ^ unsigned(lane_mask));
+}
+template <typename T>
+T __shfl_down_sync(unsigned, T value, unsigned delta) {
+  // Lanes past the warp's end read their own value, as on the GPU.
+  const unsigned lane = threadIdx.x % cuda_on_cpu::kWarpSize;
+  return cuda_on_cpu::shuffle(value, lane + delta < cuda_on_cpu::kWarpSize ? lane + delta : lane);
+}
+inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }

@@ -1,0 +1,115 @@
+// The CUDA kernels of kernels/, run on the CPU by tests/kernels/cuda_on_cpu.hpp, against the cpu backend's
+// operations (fp32) and the host reduce-add, on random BF16 inputs and awkward shapes (C not a multiple of 32, one
+// row, one element, more rows than a block's warps, a grid smaller than the data).
+//
+// Tolerances, from the arithmetic. A BF16 value has 8 significant bits, so one rounding to nearest moves a result v
+// by at most 2⁻⁸·|v|; when the kernel's fp32 value differs from the reference's in its last bits (another order of
+// summation, a constant rounded differently) the rounding may land on the other neighbour, at most one BF16 ulp
+// (2⁻⁷·|v|) away. The fp32 differences themselves are far smaller: a sum of C terms of size s in another order
+// differs by at most ≈ 2·C·2⁻²⁴·s (≤ 1e-4·s for C ≤ 768), which is what the LayerNorm statistics are held to.
+#include "cuda_on_cpu.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "dptrain/compute/backend.hpp"
+#include "dptrain/core/reduce_add.hpp"
+#include "../../kernels/elementwise.cu"
+#include "../../kernels/layernorm.cu"
+
+namespace dptrain {
+namespace {
+
+constexpr double kBf16Ulp = 0x1p-7;  // of |v|: the largest distance between two neighbouring BF16 values
+
+std::vector<bf16> random_bf16(std::mt19937& rng, std::size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<bf16> v(n);
+  for (bf16& x : v) x = to_bf16(u(rng));
+  return v;
+}
+
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> f(v.size());
+  to_float(v.data(), f.data(), v.size());
+  return f;
+}
+
+class Kernels : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::mt19937 rng{11};
+};
+
+TEST_F(Kernels, ReduceAddIsBitwiseTheHostReduceAdd) {
+  for (std::size_t n : {std::size_t(1), std::size_t(31), std::size_t(1000), std::size_t(4099)}) {
+    // Mixed magnitudes, so many sums round; a NaN and infinities take the special paths.
+    std::vector<bf16> acc = random_bf16(rng, n, -3, 3), in = random_bf16(rng, n, -3e-2f, 3e-2f);
+    if (n > 3) acc[0] = to_bf16(NAN), acc[1] = to_bf16(INFINITY), in[2] = to_bf16(-INFINITY);
+    std::vector<bf16> expected = acc;
+    host_reduce_add(expected.data(), in.data(), n, DType::bf16);
+    cuda_on_cpu::launch(kernels::reduce_add_bf16, dim3(2), dim3(64), acc.data(), in.data(), n);  // grid < n
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(acc[i].bits, expected[i].bits) << "n " << n << " i " << i;
+  }
+}
+
+TEST_F(Kernels, GeluForwardAndBackwardMatchTheCpuBackend) {
+  for (std::size_t n : {std::size_t(1), std::size_t(33), std::size_t(3000)}) {
+    const std::vector<bf16> x = random_bf16(rng, n, -5, 5), dout = random_bf16(rng, n, -1, 1);
+    const std::vector<bf16> din0 = random_bf16(rng, n, -1, 1);
+    const std::vector<float> xf = widen(x), doutf = widen(dout);
+    std::vector<float> ref(n), dref = widen(din0);
+    cpu->gelu_forward(ref.data(), xf.data(), n);
+    cpu->gelu_backward(dref.data(), xf.data(), doutf.data(), n);
+    std::vector<bf16> out(n), din = din0;
+    cuda_on_cpu::launch(kernels::gelu_forward, dim3(3), dim3(32), out.data(), x.data(), n);
+    cuda_on_cpu::launch(kernels::gelu_backward, dim3(1), dim3(128), din.data(), x.data(), dout.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      // One BF16 rounding of an fp32 value that agrees with the reference to a few fp32 ulps (2⁻²⁰ covers the
+      // results near zero, where the relative bound says nothing).
+      EXPECT_NEAR(to_float(out[i]), ref[i], kBf16Ulp * std::abs(ref[i]) + 0x1p-20) << "x " << xf[i];
+      EXPECT_NEAR(to_float(din[i]), dref[i], kBf16Ulp * std::abs(dref[i]) + 0x1p-20) << "x " << xf[i];
+    }
+  }
+}
+
+TEST_F(Kernels, LayerNormForwardMatchesTheCpuBackend) {
+  struct Shape {
+    std::size_t N, C;
+  };
+  // C below, at and above a warp, not a multiple of 32; one row; more rows than one block's four warps.
+  for (const Shape s : {Shape{1, 1}, Shape{1, 37}, Shape{5, 32}, Shape{9, 300}, Shape{13, 768}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << s.N << " C " << s.C);
+    std::vector<bf16> in = random_bf16(rng, s.N * s.C, -2, 2);
+    for (std::size_t c = 0; c < s.C && s.N > 2; ++c) in[2 * s.C + c] = to_bf16(to_float(in[2 * s.C + c]) + 50.0f);
+    const std::vector<bf16> w = random_bf16(rng, s.C, 0.5f, 1.5f), b = random_bf16(rng, s.C, -0.5f, 0.5f);
+    const std::vector<float> inf = widen(in), wf = widen(w), bf = widen(b);
+    std::vector<float> ref(s.N * s.C), ref_mean(s.N), ref_rstd(s.N);
+    cpu->layernorm_forward(ref.data(), ref_mean.data(), ref_rstd.data(), inf.data(), wf.data(), bf.data(), s.N, s.C);
+    std::vector<bf16> out(s.N * s.C);
+    std::vector<float> mean(s.N, NAN), rstd(s.N, NAN);
+    const unsigned warps = 4;
+    cuda_on_cpu::launch(kernels::layernorm_forward, dim3(unsigned((s.N + warps - 1) / warps)), dim3(32 * warps),
+                        out.data(), mean.data(), rstd.data(), in.data(), w.data(), b.data(), s.N, s.C);
+    for (std::size_t r = 0; r < s.N; ++r) {
+      double scale = 0;  // the row's largest |x|: the size of the terms summed
+      for (std::size_t c = 0; c < s.C; ++c) scale = std::max(scale, double(std::abs(inf[r * s.C + c])));
+      EXPECT_NEAR(mean[r], ref_mean[r], 1e-4 * scale) << "row " << r;
+      EXPECT_NEAR(rstd[r], ref_rstd[r], 1e-4 * ref_rstd[r]) << "row " << r;
+      for (std::size_t c = 0; c < s.C; ++c) {
+        const float expected = ref[r * s.C + c];
+        // A normalised value is (x − mean)·rstd·w + b with |w| ≤ 1.5: the statistics' 1e-4 relative error moves
+        // it by ≤ 1e-4·(|x − mean|·rstd·|w|) ≤ 1e-4·(|expected| + |b|), then one BF16 rounding.
+        EXPECT_NEAR(to_float(out[r * s.C + c]), expected,
+                    kBf16Ulp * std::abs(expected) + 1e-4 * (std::abs(expected) + std::abs(bf[c])) + 0x1p-20)
+            << "row " << r << " c " << c;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dptrain
