@@ -1,0 +1,212 @@
+// dptrain's checkpoints in the Hugging Face tools, with the real packages from PyPI (scripts/python-env.sh, run by
+// ctest as the fixture `python_env`): a checkpoint written by `dptrain --save` reads back through the `safetensors`
+// package bit for bit, and scripts/export_hf.py turns it into a folder that transformers' GPT2LMHeadModel loads
+// without complaint and that gives dptrain's loss on the same windows.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "dptrain/compute/backend.hpp"
+#include "dptrain/compute/gpt.hpp"
+#include "dptrain/core/memory.hpp"
+#include "dptrain/model/layout.hpp"
+#include "dptrain/train/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace dptrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_command;
+
+const fs::path kPythonEnv = DPTRAIN_PYTHON_ENV;  // made by scripts/python-env.sh
+constexpr int kSteps = 3;
+
+std::string to_hex(const std::vector<char>& bytes) {
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * bytes.size());
+  for (char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  return hex;
+}
+
+class HuggingFaceInterop : public testing::TinyRunTest {
+ protected:
+  HuggingFaceInterop() : TinyRunTest("hf", "--quiet ") {}
+
+  std::string python() const { return (kPythonEnv / "bin" / "python").string(); }
+  std::string check_script() const { return testing::source_dir() + "/tests/train/hf_check.py"; }
+
+  // Trains kSteps steps of the tiny config and saves; the step folder and the model it holds.
+  void train_and_save() {
+    ASSERT_TRUE(fs::exists(python()))
+        << python() << " is missing: scripts/python-env.sh makes it (ctest runs it first as the test python_env; "
+        << "alone: scripts/python-env.sh " << kPythonEnv.string() << ")";
+    const auto r = run_command(dptrain(fmt::format("--steps {} --save {}", kSteps, dir_ / "ckpt")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    step_ = fs::path(dir_ / "ckpt") / fmt::format("step-{:06d}", kSteps);
+    ASSERT_TRUE(fs::exists(step_ / "model.safetensors")) << r.output;
+    const auto meta = nlohmann::json::parse(testing::file_bytes((step_ / "meta.json").string()));
+    config_.vocab = meta.at("model").at("vocab");
+    config_.seq = meta.at("model").at("seq");
+    config_.layers = meta.at("model").at("layers");
+    config_.width = meta.at("model").at("width");
+    config_.heads = meta.at("model").at("heads");
+  }
+
+  nlohmann::json run_json(const std::string& command) {
+    const auto r = run_command("(" + command + " 2>" + (dir_ / "stderr.txt") + ")");  // stdout: the JSON alone
+    EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output << testing::file_bytes(dir_ / "stderr.txt");
+    if (r.exit_code != 0) return {};
+    try {
+      return nlohmann::json::parse(r.output);
+    } catch (const nlohmann::json::exception& e) {
+      ADD_FAILURE() << command << " printed no JSON (" << e.what() << "):\n" << r.output;
+      return {};
+    }
+  }
+
+  fs::path step_;
+  ModelConfig config_;
+};
+
+// Every tensor as the safetensors package reads it — its Rust parser (safe_open for names, dtypes and shapes,
+// deserialize for the bytes) and, where torch imports, safetensors.torch.load_file, the call the README names —
+// is the tensor dptrain's layout describes and dptrain's own reader returns: names, BF16, shapes, every byte.
+TEST_F(HuggingFaceInterop, SafetensorsPackageReadsCheckpointBitForBit) {
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const ParameterLayout layout(config_);
+  const fs::path model = step_ / "model.safetensors";
+  const SafetensorsFile ours = read_safetensors(model.string());
+  ASSERT_EQ(ours.tensors.size(), layout.entries().size());
+
+  const auto result = run_json(fmt::format("{} {} read {}", python(), check_script(), model.string()));
+  ASSERT_TRUE(result.is_object());
+  EXPECT_EQ(result.at("metadata").value("format", ""), "pt");
+  const auto& readers = result.at("readers");
+  ASSERT_TRUE(readers.contains("safe_open+deserialize"));
+  std::vector<std::string> used;
+  for (const auto& [reader, tensors] : readers.items()) {
+    SCOPED_TRACE(reader + " of safetensors " + result.at("safetensors_version").get<std::string>());
+    used.push_back(reader);
+    std::set<std::string> names;
+    for (const auto& [name, value] : tensors.items()) names.insert(name);
+    std::set<std::string> expected;
+    for (const auto& e : layout.entries()) expected.insert(e.name);
+    EXPECT_EQ(names, expected);
+    std::size_t compared = 0;
+    for (const auto& e : layout.entries()) {
+      if (!tensors.contains(e.name)) continue;
+      const auto& t = tensors.at(e.name);
+      const TensorRead& mine = ours.tensors.at(e.name);
+      EXPECT_EQ(t.at("dtype"), "BF16") << e.name;
+      EXPECT_EQ(mine.dtype, "BF16") << e.name;
+      EXPECT_EQ(t.at("shape").get<std::vector<std::size_t>>(), e.shape) << e.name;
+      EXPECT_EQ(mine.shape, e.shape) << e.name;
+      ASSERT_EQ(mine.data.size(), 2 * e.numel) << e.name;
+      const std::string theirs = t.at("hex");
+      EXPECT_EQ(theirs.size(), 4 * e.numel) << e.name;
+      EXPECT_TRUE(theirs == to_hex(mine.data)) << e.name << ": the bytes differ from dptrain's reader";
+      compared += e.numel;
+    }
+    EXPECT_EQ(compared, layout.total());
+  }
+  std::printf("compared %zu BF16 values in %zu tensors through: %s\n", layout.total(), layout.entries().size(),
+              fmt::format("{}", fmt::join(used, ", ")).c_str());
+  if (!readers.contains("safetensors.torch.load_file"))
+    std::printf("torch does not import, so safetensors.torch.load_file was not tried (apt-get install python3-torch)\n");
+}
+
+// scripts/export_hf.py's folder loads in GPT2LMHeadModel.from_pretrained with nothing missing, unexpected or
+// reshaped, and its fp32 loss on windows of the corpus is dptrain's (the cpu backend on the checkpoint's weights).
+TEST_F(HuggingFaceInterop, ExportLoadsInTransformersWithDptrainsLoss) {
+  const fs::path unavailable = kPythonEnv / "transformers-unavailable.txt";
+  if (fs::exists(unavailable)) GTEST_SKIP() << testing::file_bytes(unavailable.string());
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const ParameterLayout layout(config_);
+  const std::size_t Q = config_.seq, N = layout.total();
+
+  // Exported from the checkpoint directory (through its `latest`).
+  const std::string out = dir_ / "hf";
+  const auto exported = run_command(fmt::format("{} {}/scripts/export_hf.py {} {}", python(), testing::source_dir(),
+                                                dir_ / "ckpt", out));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const auto config = nlohmann::json::parse(testing::file_bytes(out + "/config.json"));
+  EXPECT_EQ(config.at("model_type"), "gpt2");
+  EXPECT_EQ(config.at("n_layer"), config_.layers);
+  EXPECT_EQ(config.at("n_head"), config_.heads);
+  EXPECT_EQ(config.at("n_embd"), config_.width);
+  EXPECT_EQ(config.at("n_positions"), config_.seq);
+  EXPECT_EQ(config.at("vocab_size"), config_.vocab);
+  EXPECT_EQ(config.at("activation_function"), "gelu_new");
+  EXPECT_EQ(config.at("layer_norm_epsilon"), 1e-5);
+  EXPECT_EQ(config.at("tie_word_embeddings"), true);
+
+  // Windows of Q + 1 tokens (bytes) from the corpus, spread over it.
+  const std::string corpus = testing::file_bytes(dir_ / "corpus.txt");
+  constexpr std::size_t n = 8;
+  std::vector<std::int32_t> windows;
+  for (std::size_t w = 0; w < n; ++w)
+    for (std::size_t t = 0; t <= Q; ++t)
+      windows.push_back(static_cast<unsigned char>(corpus[w * (corpus.size() - Q - 1) / n + t]));
+  std::ofstream(dir_ / "windows.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(windows.data()), std::streamsize(4 * windows.size()));
+
+  const auto hf = run_json(fmt::format("{} {} loss {} {}", python(), check_script(), out, dir_ / "windows.bin"));
+  ASSERT_TRUE(hf.is_object());
+  SCOPED_TRACE(fmt::format("transformers {}, torch {}", hf.at("transformers_version").get<std::string>(),
+                           hf.at("torch_version").get<std::string>()));
+  EXPECT_EQ(hf.at("missing_keys"), nlohmann::json::array());
+  EXPECT_EQ(hf.at("unexpected_keys"), nlohmann::json::array());
+  EXPECT_EQ(hf.at("mismatched_keys"), nlohmann::json::array());
+  EXPECT_EQ(hf.at("error_msgs"), nlohmann::json::array());
+  EXPECT_EQ(hf.at("warnings"), nlohmann::json::array()) << "from_pretrained warned";
+  EXPECT_EQ(hf.at("tied"), true) << "lm_head is not tied to wte";
+  EXPECT_EQ(hf.at("logits_dtype"), "torch.float32");
+  ASSERT_EQ(hf.at("windows"), n);
+
+  // dptrain's loss: the checkpoint's BF16 weights in the flat layout, one forward on the cpu backend.
+  const SafetensorsFile file = read_safetensors((step_ / "model.safetensors").string());
+  std::vector<char> flat(2 * N);
+  for (const auto& e : layout.entries()) {
+    const TensorRead& t = file.tensors.at(e.name);
+    ASSERT_EQ(t.data.size(), 2 * e.numel) << e.name;
+    std::memcpy(flat.data() + 2 * e.offset, t.data.data(), t.data.size());
+  }
+  auto backend = make_backend("cpu");
+  Device& device = backend->device();
+  Buffer weights(device, flat.size()), loss_sum(device, sizeof(double));
+  device.upload(weights.data(), flat.data(), flat.size());
+  device.zero(loss_sum.data(), sizeof(double));
+  backend->reserve_weight_views(N, 1);
+  const void* view = backend->acquire_weights(weights.as<bf16>(), N);
+  Gpt gpt(layout, *backend, n);
+  gpt.forward(windows.data(), n, whole_weights(view, backend->weight_dtype()), loss_sum.as<double>());
+  device.synchronize();
+  double sum = 0;
+  device.download(&sum, loss_sum.data(), sizeof(double));
+  backend->release_weights(view);
+  const double ours = sum / double(n * Q), theirs = hf.at("loss").get<double>();
+
+  // Both in fp32 with different operation orders; a wrong transpose, head split, GELU or eps moves the loss by
+  // far more than 1e-5 relative.
+  const double relative = std::abs(theirs - ours) / ours;
+  std::printf("mean loss over %zu windows: dptrain %.9f, transformers %.9f, relative difference %.2e\n", n, ours,
+              theirs, relative);
+  ::testing::Test::RecordProperty("relative_difference", fmt::format("{:.2e}", relative));
+  EXPECT_TRUE(std::isfinite(ours));
+  EXPECT_GT(ours, 1.0);  // a few steps from ln(256) = 5.5, not a degenerate model
+  EXPECT_LE(relative, 1e-5) << "dptrain " << ours << ", transformers " << theirs;
+}
+
+}  // namespace
+}  // namespace dptrain
