@@ -38,7 +38,7 @@ BenchOp parse_op(const std::string& name) {
   for (int i = 0; i < 4; ++i) {
     if (name == kOpNames[i]) return static_cast<BenchOp>(i);
   }
-  fail("--op: unknown operation '{}' (expected allreduce, reduce_scatter, all_gather or sendrecv)", name);
+  fail("--op: unknown operation '{}' (expected allreduce, reduce_scatter, all_gather, sendrecv or all)", name);
 }
 
 CollectiveOp collective_of(BenchOp op) {
@@ -82,14 +82,16 @@ std::size_t parse_size(const std::string& text, const char* flag) {
 struct Options {
   std::size_t min_bytes = 0, max_bytes = 0;
   int factor = 2;
-  BenchOp op = BenchOp::allreduce;
+  BenchOp op = BenchOp::allreduce;  // the operation being measured
+  // --op all: the three collectives one after another (what --fit needs to tell γ from β); else {op}.
+  std::vector<BenchOp> ops;
   std::vector<Algorithm> algorithms;
   DType dtype = DType::bf16;
   int iters = 20, warmup = 5;
   bool check = false;
   std::string json;
   std::size_t ring_piece_bytes = kRingPieceBytes;
-  std::string fit;  // --fit FILE: least-squares α and β per algorithm, the first algorithm's written as link.json
+  std::string fit;  // --fit FILE: least-squares α, β (and γ) per algorithm, the first algorithm's written as link.json
 };
 
 // Returns nullopt after --help (printed by rank 0). Throws UserError on bad input, CLI::ParseError on bad syntax.
@@ -103,14 +105,15 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("-e,--maxbytes", max_bytes, "largest message in bytes")->capture_default_str();
   app.add_option("-f,--stepfactor", options.factor, "size multiplier between rows (integer ≥ 2)")
       ->capture_default_str();
-  app.add_option("-o,--op", op, "allreduce, reduce_scatter, all_gather or sendrecv")->capture_default_str();
+  app.add_option("-o,--op", op, "allreduce, reduce_scatter, all_gather, sendrecv, or all (the three collectives)")
+      ->capture_default_str();
   app.add_option("-a,--algo", algo, "ring, tree, native or all (ignored by sendrecv)")->capture_default_str();
   app.add_option("-d,--datatype", dtype, "bf16 or fp32")->capture_default_str();
   app.add_option("-n,--iters", options.iters, "timed iterations per row")->capture_default_str();
   app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations before them")->capture_default_str();
   app.add_option("--fit", options.fit,
-                 "fit α and β to the sweep by least squares (per algorithm) and write the first algorithm's to "
-                 "this link.json (for dptrain --link)");
+                 "fit α and β (and γ, the reduction's cost per byte added, with --op all) to the sweep by least "
+                 "squares (per algorithm) and write the first algorithm's to this link.json (for dptrain --link)");
   app.add_option("-c,--check", check, "1: verify results and count wrong elements")->capture_default_str();
   app.add_option("--json", options.json, "also write the rows as a JSON array to this file");
   app.add_option("--ring-piece", piece, "ring message size in bytes (K, M, G suffixes; 'chunk' = unpipelined)");
@@ -124,7 +127,12 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   options.max_bytes = parse_size(max_bytes, "-e");
   require(options.min_bytes <= options.max_bytes, "-b {} is larger than -e {}", min_bytes, max_bytes);
   require(options.factor >= 2, "-f: step factor must be an integer of at least 2, got {}", options.factor);
-  options.op = parse_op(op);
+  if (op == "all") {
+    options.ops = {BenchOp::allreduce, BenchOp::reduce_scatter, BenchOp::all_gather};
+  } else {
+    options.ops = {parse_op(op)};
+  }
+  options.op = options.ops.front();
   if (algo == "all") {
     options.algorithms = {Algorithm::ring, Algorithm::tree, Algorithm::native};
   } else {
@@ -328,7 +336,8 @@ cost::Collective modelled_collective(BenchOp op, const std::string& algo) {
   fail("--fit: sendrecv has no collective formula to fit; use --op allreduce, reduce_scatter or all_gather");
 }
 
-// Fits α and β per algorithm, prints them with the fit's residuals, and writes the first algorithm's link.
+// Fits α, β and, where the sweep mixes collectives that add with one that does not, γ per algorithm; prints them
+// with the fit's residuals, and writes the first algorithm's link.
 void fit_links(const std::string& path, const std::vector<BenchResult>& results) {
   nlohmann::json fits = nlohmann::json::array();
   std::vector<std::string> algorithms;
@@ -339,16 +348,21 @@ void fit_links(const std::string& path, const std::vector<BenchResult>& results)
     for (const BenchResult& r : results)
       if (r.algo == algo && r.size > 0)
         samples.push_back({modelled_collective(r.op, algo), r.ranks, double(r.size), r.time_us * 1e-6});
-    const cost::LinkFit fit = cost::fit_alpha_beta(samples, cost::FitWeighting::relative);
-    std::printf("# fit %-7s %s  (%d sizes, max |relative residual| %.1f%%)\n", algo.c_str(),
-                cost::describe(fit.link).c_str(), fit.samples, 100 * fit.max_relative_residual);
+    const cost::LinkGammaFit fitted = cost::fit_alpha_beta_gamma(samples, cost::FitWeighting::relative);
+    const cost::LinkFit& fit = fitted.fit;
+    std::printf("# fit %-7s %s%s  (%d sizes, max |relative residual| %.1f%%)\n", algo.c_str(),
+                cost::describe(fit.link).c_str(),
+                fitted.gamma_fitted ? (fit.link.gamma_s_per_byte > 0 ? "" : ", γ = 0") : ", γ not determined",
+                fit.samples, 100 * fit.max_relative_residual);
     fits.push_back({{"algo", algo}, {"alpha_s", fit.link.alpha_s}, {"bandwidth_Bps", fit.link.bandwidth_Bps},
                     {"samples", fit.samples}, {"max_relative_residual", fit.max_relative_residual}});
+    if (fitted.gamma_fitted) fits.back()["gamma_s_per_byte"] = fit.link.gamma_s_per_byte;
   }
-  const nlohmann::json link = {{"alpha_s", fits[0]["alpha_s"]}, {"bandwidth_Bps", fits[0]["bandwidth_Bps"]},
-                               {"note", fmt::format("dpbench --fit, {} on {} ranks", std::string(fits[0]["algo"]),
-                                                    results.front().ranks)},
-                               {"fits", fits}};
+  nlohmann::json link = {{"alpha_s", fits[0]["alpha_s"]}, {"bandwidth_Bps", fits[0]["bandwidth_Bps"]},
+                         {"note", fmt::format("dpbench --fit, {} on {} ranks", std::string(fits[0]["algo"]),
+                                              results.front().ranks)},
+                         {"fits", fits}};
+  if (fits[0].contains("gamma_s_per_byte")) link["gamma_s_per_byte"] = fits[0]["gamma_s_per_byte"];
   write_file_atomically(path, link.dump(2) + "\n");
   std::printf("# wrote %s\n", path.c_str());
 }
@@ -393,14 +407,18 @@ int run(int argc, char** argv, int rank) {
   }
 
   MpiTransport transport(MPI_COMM_WORLD);
-  if (rank == 0) print_header(*options, transport.size());
   std::vector<BenchResult> results;
-  for (std::size_t bytes = options->min_bytes; bytes <= options->max_bytes; bytes *= options->factor) {
-    for (Algorithm algo : options->algorithms) {
-      results.push_back(measure(*options, transport, algo, bytes));
-      if (rank == 0) print_row(results.back());
+  for (BenchOp op : options->ops) {
+    Options sweep = *options;
+    sweep.op = op;
+    if (rank == 0) print_header(sweep, transport.size());
+    for (std::size_t bytes = sweep.min_bytes; bytes <= sweep.max_bytes; bytes *= sweep.factor) {
+      for (Algorithm algo : sweep.algorithms) {
+        results.push_back(measure(sweep, transport, algo, bytes));
+        if (rank == 0) print_row(results.back());
+      }
+      if (bytes > sweep.max_bytes / sweep.factor) break;  // the next size would overflow or pass -e
     }
-    if (bytes > options->max_bytes / options->factor) break;  // the next size would overflow or pass -e
   }
   if (rank == 0 && !options->json.empty()) write_json(options->json, results);
   if (rank == 0 && !options->fit.empty()) {

@@ -165,6 +165,7 @@ json inputs_json(const cost::Scenario& scenario, const cost::ReportLabels& label
       {"device", {{"name", labels.device}, {"peak_flops", scenario.peak_flops}, {"eta", scenario.eta}}},
       {"link", {{"name", labels.link}, {"alpha_s", scenario.link.alpha_s},
                 {"bandwidth_Bps", scenario.link.bandwidth_Bps}}}};
+  if (scenario.link.gamma_s_per_byte > 0) inputs["link"]["gamma_s_per_byte"] = scenario.link.gamma_s_per_byte;
   if (scenario.compress_keep_one_in > 0) inputs["compress_keep_one_in"] = scenario.compress_keep_one_in;
   return inputs;
 }
@@ -187,7 +188,9 @@ void add_options(CLI::App& app, Options& o) {
   model->excludes(config)->excludes(params)->excludes(vocab);
   params->excludes(config)->excludes(vocab)->excludes(heads);
   app.add_option("--gpus", o.gpus, "GPU count, or a sweep: 2,4,8 or 2,4,8,...,1024")->capture_default_str();
-  app.add_option("--link", o.link, "nvlink-h100, ib-400g, wan-100g, or alpha=5us,bw=450GB/s")->capture_default_str();
+  app.add_option("--link", o.link,
+                 "nvlink-h100, ib-400g, wan-100g, or alpha=5us,bw=450GB/s[,gamma=0.07ns/B] (γ: the reduction's "
+                 "cost per byte added)")->capture_default_str();
   auto* device = app.add_option("--device", o.device, "h100, h200 or a100")->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops, "peak dense BF16 TFLOP/s per device")->excludes(device);
   app.add_option("--eta", o.eta, "matmul efficiency η in (0, 1]")->capture_default_str();

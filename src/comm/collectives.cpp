@@ -22,9 +22,9 @@ std::uint64_t ring_bytes_sent(CollectiveOp op, std::size_t count, DType dtype, i
 
 void Collectives::run(CollectiveOp op, void* data, std::size_t count, DType dtype) {
   const std::uint64_t sent_before = transport_.bytes_sent();
-  const Stopwatch stopwatch;
+  const double entry = now_seconds();
   execute(op, data, count, dtype);
-  const double seconds = stopwatch.seconds();
+  const double exit = now_seconds();
   const std::uint64_t counted = transport_.bytes_sent() - sent_before;
   log_.add(CommRecord{.op = op,
                       .algo = algorithm_,
@@ -32,7 +32,10 @@ void Collectives::run(CollectiveOp op, void* data, std::size_t count, DType dtyp
                       .count = count,
                       .bytes = count * element_size(dtype),
                       .bytes_sent = wire_bytes(op, count, dtype, counted),
-                      .seconds = seconds});
+                      .seconds = exit - entry,
+                      .entry_s = entry,
+                      .exit_s = exit,
+                      .transfer_s = exit - entry});
 }
 
 std::unique_ptr<Collectives> make_collectives(Algorithm algorithm, Transport& transport, ReduceAdd reduce_add,

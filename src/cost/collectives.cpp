@@ -32,13 +32,16 @@ AlphaBetaTerms collective_terms(Collective kind, int ranks, double bytes) {
   // A ring of p ranks takes p−1 hops per phase, each moving one slice of M/p bytes.
   const double ring_hops = p - 1, ring_bytes = (p - 1) / p * bytes;
   switch (kind) {
-    case Collective::ring_all_reduce: return {2 * ring_hops, 2 * ring_bytes};
-    case Collective::ring_reduce_scatter:
+    // The reduce-scatter phase adds each received slice into the rank's own: (p−1) slices of M/p.
+    case Collective::ring_all_reduce: return {2 * ring_hops, 2 * ring_bytes, ring_bytes};
+    case Collective::ring_reduce_scatter: return {ring_hops, ring_bytes, ring_bytes};
     case Collective::ring_all_gather: return {ring_hops, ring_bytes};
     case Collective::tree_all_reduce: {
-      // ⌈log2 p⌉ levels up (reduce) and as many down (broadcast), the whole vector at every level.
+      // ⌈log2 p⌉ levels up (reduce) and as many down (broadcast), the whole vector at every level; on the way up
+      // a parent adds the vectors of its (one or) two children.
       const double levels = 2.0 * ceil_log2(ranks);
-      return {levels, levels * bytes};
+      const double children = ranks > 2 ? 2 : 1;
+      return {levels, levels * bytes, children * ceil_log2(ranks) * bytes};
     }
     case Collective::piece_all_gather: return {ring_hops, ring_hops * bytes};  // every other rank's piece passes by
   }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "dptrain/core/error.hpp"
@@ -88,6 +89,80 @@ LinkFit fit_alpha_beta(std::span<const TimingSample> samples, FitWeighting weigh
   }
   fit.rms_residual_s = std::sqrt(sum_squares / count);
   return fit;
+}
+
+namespace {
+
+// Least squares on k columns by modified Gram–Schmidt, each column orthogonalised twice, as above. Returns the
+// coefficients, or nothing when a column is (numerically) a combination of the earlier ones.
+std::optional<std::vector<double>> least_squares(std::vector<std::vector<double>> columns,
+                                                 const std::vector<double>& target) {
+  const std::size_t k = columns.size();
+  std::vector<std::vector<double>> r(k, std::vector<double>(k, 0.0));
+  for (std::size_t j = 0; j < k; ++j) {
+    const double norm = std::sqrt(dot(columns[j], columns[j]));
+    if (!(norm > 0)) return std::nullopt;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::size_t i = 0; i < j; ++i) {
+        const double projection = dot(columns[i], columns[j]);
+        subtract_scaled(columns[j], projection, columns[i]);
+        r[i][j] += projection;
+      }
+    }
+    r[j][j] = std::sqrt(dot(columns[j], columns[j]));
+    if (r[j][j] <= 1e-9 * norm) return std::nullopt;
+    for (double& x : columns[j]) x /= r[j][j];
+  }
+  std::vector<double> coefficients(k);
+  for (std::size_t j = k; j-- > 0;) {
+    double sum = dot(columns[j], target);
+    for (std::size_t i = j + 1; i < k; ++i) sum -= r[j][i] * coefficients[i];
+    coefficients[j] = sum / r[j][j];
+  }
+  return coefficients;
+}
+
+}  // namespace
+
+LinkGammaFit fit_alpha_beta_gamma(std::span<const TimingSample> samples, FitWeighting weighting) {
+  LinkGammaFit result{.fit = fit_alpha_beta(samples, weighting)};  // validates the samples; the fallback
+  const std::size_t count = samples.size();
+  std::vector<std::vector<double>> columns(3, std::vector<double>(count));  // α, β, γ, weighted [3][count]
+  std::vector<double> target(count);
+  std::vector<AlphaBetaTerms> terms(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    terms[i] = collective_terms(samples[i].kind, samples[i].ranks, samples[i].bytes);
+    const double weight = weighting == FitWeighting::relative ? 1 / samples[i].seconds : 1.0;
+    columns[0][i] = weight * terms[i].alpha_count;
+    columns[1][i] = weight * terms[i].bandwidth_bytes;
+    columns[2][i] = weight * terms[i].reduced_bytes;
+    target[i] = weight * samples[i].seconds;
+  }
+  std::optional<std::vector<double>> solved = least_squares(columns, target);
+  if (!solved) return result;  // γ undetermined: one kind of collective, or none that adds
+  bool alpha_clamped = false;
+  if ((*solved)[0] < 0) {  // as fit_alpha_beta: a latency cannot be negative, refit on α = 0
+    solved = least_squares({columns[1], columns[2]}, target);
+    if (!solved) return result;
+    solved->insert(solved->begin(), 0.0);
+    alpha_clamped = true;
+  }
+  const double alpha = (*solved)[0], beta = (*solved)[1], gamma = (*solved)[2];
+  if (!(gamma >= 0) || !(beta > 0)) return result;  // adding cannot save time: keep the α–β fit
+  LinkFit& fit = result.fit;
+  fit.link = Link{.alpha_s = alpha, .bandwidth_Bps = 1 / beta, .gamma_s_per_byte = gamma};
+  fit.alpha_clamped = alpha_clamped;
+  fit.rms_residual_s = fit.max_abs_residual_s = fit.max_relative_residual = 0;
+  double sum_squares = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double residual = terms[i].seconds(fit.link) - samples[i].seconds;
+    sum_squares += residual * residual;
+    fit.max_abs_residual_s = std::max(fit.max_abs_residual_s, std::abs(residual));
+    fit.max_relative_residual = std::max(fit.max_relative_residual, std::abs(residual) / samples[i].seconds);
+  }
+  fit.rms_residual_s = std::sqrt(sum_squares / count);
+  result.gamma_fitted = true;
+  return result;
 }
 
 }  // namespace dptrain::cost

@@ -43,6 +43,8 @@ std::string format_bytes(double bytes) {
   return format_with_units(bytes, kUnits);
 }
 
+std::string format_gigabytes(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+
 std::string format_flops(double flops) {
   static constexpr Unit kUnits[] = {{"EFLOP", 1e18, 2}, {"PFLOP", 1e15, 2}, {"TFLOP", 1e12, 2},
                                     {"GFLOP", 1e9, 2},  {"MFLOP", 1e6, 2},  {"KFLOP", 1e3, 2},

@@ -19,7 +19,8 @@ constexpr std::array kLinkPresets = {
     LinkPreset{"wan-100g", "WAN", Link{10e-6, 12.5e9}},         // 100 GbE
 };
 
-constexpr std::string_view kSpecSyntax = "alpha=<time>,bw=<bandwidth>, e.g. alpha=5us,bw=450GB/s";
+constexpr std::string_view kSpecSyntax =
+    "alpha=<time>,bw=<bandwidth>[,gamma=<time>/B or <bandwidth>], e.g. alpha=5us,bw=450GB/s";
 
 std::string_view trim(std::string_view text) {
   while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
@@ -80,7 +81,7 @@ double parse_bandwidth(std::string_view text) {
 }
 
 Link parse_link_spec(std::string_view text) {
-  bool have_alpha = false, have_bandwidth = false;
+  bool have_alpha = false, have_bandwidth = false, have_gamma = false;
   Link link;
   std::string_view rest = text;
   while (!rest.empty()) {
@@ -95,6 +96,12 @@ Link parse_link_spec(std::string_view text) {
       if (key == "alpha" && !have_alpha) {
         link.alpha_s = parse_seconds(value);
         have_alpha = true;
+      } else if (key == "gamma" && !have_gamma) {
+        // Seconds per byte added ("0.07ns/B"), or the rate of adding ("15GB/s").
+        const bool per_byte = value.size() > 2 && value.substr(value.size() - 2) == "/B";
+        link.gamma_s_per_byte = per_byte ? parse_seconds(value.substr(0, value.size() - 2))
+                                         : 1 / parse_bandwidth(value);
+        have_gamma = true;
       } else if ((key == "bw" || key == "bandwidth") && !have_bandwidth) {
         link.bandwidth_Bps = parse_bandwidth(value);
         have_bandwidth = true;
@@ -120,7 +127,9 @@ Link parse_link(std::string_view text) {
 }
 
 std::string describe(const Link& link) {
-  return fmt::format("α = {:g} µs, B = {:g} GB/s", link.alpha_s * 1e6, link.bandwidth_Bps / 1e9);
+  std::string text = fmt::format("α = {:g} µs, B = {:g} GB/s", link.alpha_s * 1e6, link.bandwidth_Bps / 1e9);
+  if (link.gamma_s_per_byte > 0) text += fmt::format(", γ = {:g} ns/B", link.gamma_s_per_byte * 1e9);
+  return text;
 }
 
 }  // namespace dptrain::cost

@@ -61,9 +61,9 @@ std::string zero_table(const ScenarioNumbers& numbers) {
   MarkdownTable table({"stage", "weights", "gradients", "optimizer", "total", "sent per step"});
   for (int stage = 0; stage < kZeroStages; ++stage) {
     const ZeroMemory& memory = numbers.zero_memory[stage];
-    table.add_row({std::to_string(stage), format_bytes(memory.weights_bytes), format_bytes(memory.gradients_bytes),
-                   format_bytes(memory.optimizer_bytes), format_bytes(memory.total_bytes()),
-                   format_bytes(numbers.zero_bytes_sent[stage])});
+    table.add_row({std::to_string(stage), format_gigabytes(memory.weights_bytes),
+                   format_gigabytes(memory.gradients_bytes), format_gigabytes(memory.optimizer_bytes),
+                   format_gigabytes(memory.total_bytes()), format_gigabytes(numbers.zero_bytes_sent[stage])});
   }
   return table.str();
 }

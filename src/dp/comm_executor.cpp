@@ -16,9 +16,9 @@ CommExecutor::~CommExecutor() {
   thread_.join();
 }
 
-CommExecutor::Ticket CommExecutor::submit(std::function<void()> task) {
+CommExecutor::Ticket CommExecutor::submit(std::function<void()> task, std::string what) {
   std::lock_guard lock(mutex_);
-  tasks_.push_back(std::move(task));
+  tasks_.emplace_back(std::move(task), std::move(what));
   queued_.notify_one();
   return ++submitted_;
 }
@@ -29,6 +29,18 @@ void CommExecutor::wait(Ticket ticket) {
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
+bool CommExecutor::wait_until(Ticket ticket, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  if (!finished_.wait_until(lock, deadline, [&] { return completed_ >= ticket || error_; })) return false;
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  return true;
+}
+
+std::string CommExecutor::running() const {
+  std::lock_guard lock(mutex_);
+  return running_;
+}
+
 void CommExecutor::loop() {
   // The reductions inside a collective run on this thread alone: the compute thread's OpenMP team already
   // occupies the cores.
@@ -37,7 +49,8 @@ void CommExecutor::loop() {
   for (;;) {
     queued_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
     if (tasks_.empty()) return;
-    std::function<void()> task = std::move(tasks_.front());
+    std::function<void()> task = std::move(tasks_.front().first);
+    running_ = std::move(tasks_.front().second);
     tasks_.pop_front();
     lock.unlock();
     std::exception_ptr error;
@@ -47,6 +60,7 @@ void CommExecutor::loop() {
       error = std::current_exception();
     }
     lock.lock();
+    running_.clear();
     ++completed_;
     if (error) {
       error_ = error;

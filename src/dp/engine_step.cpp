@@ -81,10 +81,12 @@ StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t glo
   double local_loss = 0;
   device().download(&local_loss, accumulators_.data(), sizeof(double));
   double loss_total = 0, sum_of_squares = 0;
-  executor_.run([&] {
-    loss_total = group_.sum_scalar(local_loss);
-    sum_of_squares = group_.sum_scalar(local_sum_of_squares);
-  });
+  run_on_comm_executor(
+      [&] {
+        loss_total = group_.sum_scalar(local_loss);
+        sum_of_squares = group_.sum_scalar(local_sum_of_squares);
+      },
+      "the sum of the loss and gradient norm over ranks");
   result.loss = loss_total / double(global_windows * std::size_t(c.seq));
   result.grad_norm = std::sqrt(sum_of_squares);
   result.finite = std::isfinite(result.loss) && std::isfinite(result.grad_norm);

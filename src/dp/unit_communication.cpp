@@ -2,6 +2,7 @@
 // completes it, the weight all-gathers of stages 1–3, and stage 3's weight access (a unit gathered when a pass
 // reaches it, the next one prefetched, released once the pass has moved on).
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -21,13 +22,30 @@ void DataParallelEngine::collective(CollectiveOp op, std::size_t u, void* data, 
                    timeline_.now(), step_number_, int(u), unit.padded * element_size(dtype)});
 }
 
+void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(settings_.comm_timeout_s));
+  if (executor_.wait_until(ticket, deadline)) return;
+  // The executor runs its tasks in order: the one running now is the one every rank is stuck behind.
+  group_.abort(fmt::format("{} did not complete in {:g} s", executor_.running(), settings_.comm_timeout_s));
+}
+
+void DataParallelEngine::run_on_comm_executor(std::function<void()> task, const char* what) {
+  watched_wait(executor_.submit(std::move(task), what));
+}
+
 void DataParallelEngine::wait_for_comm(CommExecutor::Ticket ticket, const char* what) {
   const double start = timeline_.now();
-  executor_.wait(ticket);
+  watched_wait(ticket);
   const double end = timeline_.now();
   waited_s_ += end - start;
   if (timeline_.recording() && end - start > 1e-5)
     timeline_.add({TimelineEvent::Track::compute, fmt::format("wait: {}", what), start, end, step_number_});
+}
+
+std::string DataParallelEngine::task_name(CollectiveOp op, std::size_t u) const {
+  return fmt::format("{} on unit {}", collective_op_name(op), plan_.units()[u].name);
 }
 
 std::byte* DataParallelEngine::gradient_slice(std::size_t u) {
@@ -55,8 +73,9 @@ void DataParallelEngine::launch_gradient(std::size_t u) {
   backend_.cast(gradient_accumulator_.as<std::byte>() + unit.range.begin * element_size(accumulated), accumulated,
                 wire, dtype, unit.range.size());
   device().zero(wire + unit.range.size() * wire_bytes(), (unit.padded - unit.range.size()) * wire_bytes());
-  gradient_tickets_[u] = executor_.submit([this, u, wire, stage, dtype] {
-    collective(stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter, u, wire, dtype);
+  const CollectiveOp op = stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter;
+  gradient_tickets_[u] = executor_.submit([this, u, wire, stage, dtype, op] {
+    collective(op, u, wire, dtype);
     if (stage >= 2) {
       // Keep the own slice; the staging buffer goes back to the pool at once, for the next unit.
       const Unit& unit = plan_.units()[u];
@@ -64,7 +83,7 @@ void DataParallelEngine::launch_gradient(std::size_t u) {
                     unit.slice * wire_bytes());
       staging_.release(std::move(gradient_staging_[u]));
     }
-  });
+  }, task_name(op, u));
 }
 
 // Stages 1–3: rank r's slice of unit u all-gathered into a staging buffer of the whole padded unit.
@@ -75,8 +94,9 @@ void DataParallelEngine::launch_weight_gather(std::size_t u, const bf16* own, st
   bf16* slice = buffer + std::size_t(group_.rank) * unit.slice;
   device().copy(slice, own, own_count * sizeof(bf16));
   device().zero(slice + own_count, (unit.slice - own_count) * sizeof(bf16));
-  weight_tickets_[u] =
-      executor_.submit([this, u, buffer] { collective(CollectiveOp::all_gather, u, buffer, DType::bf16); });
+  weight_tickets_[u] = executor_.submit(
+      [this, u, buffer] { collective(CollectiveOp::all_gather, u, buffer, DType::bf16); },
+      task_name(CollectiveOp::all_gather, u));
 }
 
 void DataParallelEngine::launch_weight_gather_from_shard(std::size_t u) {

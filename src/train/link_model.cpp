@@ -23,7 +23,9 @@ LinkSource link_from_spec(const std::string& spec) {
     std::ifstream in(spec);
     try {
       const auto j = nlohmann::json::parse(in);
-      const cost::Link link{j.at("alpha_s").get<double>(), j.at("bandwidth_Bps").get<double>()};
+      // γ is optional: dpbench writes it only from a sweep that can determine it (--op all).
+      const cost::Link link{j.at("alpha_s").get<double>(), j.at("bandwidth_Bps").get<double>(),
+                            j.value("gamma_s_per_byte", 0.0)};
       require(link.alpha_s >= 0 && link.bandwidth_Bps > 0, "--link: '{}' holds α {} s and B {} B/s; need α ≥ 0, B > 0",
               spec, link.alpha_s, link.bandwidth_Bps);
       return {link, fmt::format("from {}: {}", spec, cost::describe(link))};

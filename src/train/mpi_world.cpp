@@ -75,6 +75,13 @@ std::vector<std::uint64_t> MpiWorld::all_gather(const std::vector<std::uint64_t>
   return all;
 }
 
+std::vector<double> MpiWorld::all_gather(const std::vector<double>& values) const {
+  std::vector<double> all(values.size() * std::size_t(size_));
+  MPI_Allgather(values.data(), int(values.size()), MPI_DOUBLE, all.data(), int(values.size()), MPI_DOUBLE,
+                MPI_COMM_WORLD);
+  return all;
+}
+
 std::string MpiWorld::broadcast(const std::string& text, int root) const {
   long long length = static_cast<long long>(text.size());
   MPI_Bcast(&length, 1, MPI_LONG_LONG, root, MPI_COMM_WORLD);

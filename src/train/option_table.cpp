@@ -123,6 +123,9 @@ std::vector<TrainOption> make_table() {
             DPTRAIN_FIELD(no_overlap), all, saved),
       entry("--grad-accum", "Micro-steps per step (gradient accumulation); the batch stays --batch",
             DPTRAIN_FIELD(grad_accum), all, saved),
+      // Each rank watches its own waits; a rank with a shorter timeout only ends a stuck job sooner.
+      entry("--comm-timeout", "Seconds a collective may take before the job is ended on every rank",
+            DPTRAIN_FIELD(comm_timeout), own, unsaved),
       // A rank without --link calibrates, which is collective: every rank must take the same branch.
       entry("--link",
             "α–β link of the model: nvlink-h100, ib-400g, wan-100g, a link.json, or alpha=5us,bw=450GB/s "

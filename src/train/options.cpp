@@ -57,6 +57,8 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.save_every == 0 || !o.save.empty(), "--save-every {} needs --save DIR", o.save_every);
   require(o.zero >= 0 && o.zero <= 3, "--zero: stage {} does not exist (expected 0, 1, 2 or 3)", o.zero);
   require(o.bucket_mb >= 0 && o.bucket_mb <= 1e6, "--bucket-mb must be in [0, 1e6], got {}", o.bucket_mb);
+  require(o.comm_timeout > 0 && o.comm_timeout <= 1e6, "--comm-timeout must be in (0, 1e6] seconds, got {}",
+          o.comm_timeout);
   require(o.grad_accum >= 1, "--grad-accum must be at least 1, got {}", o.grad_accum);
   require(o.batch % (world_size * o.grad_accum) == 0,
           "--batch {} is not divisible by ranks × --grad-accum = {} × {}: every micro-step needs the same number of "

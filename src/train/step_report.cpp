@@ -17,11 +17,14 @@ std::string human_count(double x) {
 StepComm account_step_comm(const std::vector<CommRecord>& calls, const std::vector<double>& unit_backward_s,
                            bool overlap, int ranks, const cost::Link& link, CollectiveTable& table) {
   StepComm comm;
-  std::vector<double> unit_model;  // gradient collectives, launch order
-  double gather_model = 0;         // weight all-gathers (ZeRO 1–3)
+  std::vector<double> unit_model, unit_transfer;  // gradient collectives, launch order
+  double gather_model = 0, gather_transfer = 0;   // weight all-gathers (ZeRO 1–3)
   for (const CommRecord& call : calls) {
     const double modelled = modelled_seconds(call, ranks, link);
     comm.seconds += call.seconds;
+    comm.transfer_seconds += call.transfer_s;
+    comm.skew_seconds += call.skew_s;
+    (call.op == CollectiveOp::all_gather ? gather_transfer : unit_transfer.emplace_back()) += call.transfer_s;
     comm.bytes_sent += call.bytes_sent;
     comm.model_seconds += modelled;
     (call.op == CollectiveOp::all_gather ? gather_model : unit_model.emplace_back()) += modelled;
@@ -31,13 +34,18 @@ StepComm account_step_comm(const std::vector<CommRecord>& calls, const std::vect
     totals.bytes_sent += call.bytes_sent;
     totals.measured += call.seconds;
     totals.modelled += modelled;
+    totals.transfer += call.transfer_s;
+    totals.skew += call.skew_s;
   }
-  double unit_exposed = 0;
-  if (overlap && unit_model.size() == unit_backward_s.size())
-    unit_exposed = cost::simulate_overlap(unit_backward_s, unit_model).exposed_comm_s;
-  else
-    for (double t : unit_model) unit_exposed += t;
-  comm.exposed_model_seconds = unit_exposed + gather_model;
+  auto exposed = [&](const std::vector<double>& unit_seconds) {
+    double sum = 0;
+    if (overlap && unit_seconds.size() == unit_backward_s.size())
+      return cost::simulate_overlap(unit_backward_s, unit_seconds).exposed_comm_s;
+    for (double t : unit_seconds) sum += t;
+    return sum;
+  };
+  comm.exposed_model_seconds = exposed(unit_model) + gather_model;
+  comm.exposed_transfer_seconds = exposed(unit_transfer) + gather_transfer;
   return comm;
 }
 
@@ -57,9 +65,10 @@ StepReport step_report(const RunShape& run, int step, double lr, double seconds,
                             run.steps, result.loss, lr, result.grad_norm, 1e3 * seconds, human_count(tokens_per_s));
   report.line += fmt::format(" | MFU {:.1f}%", 100 * mfu);
   if (run.ranks > 1)
-    report.line += fmt::format(" | comm {:.1f} ms (model {:.1f}) {}B | exposed {:.1f} ms (model {:.1f})",
-                               1e3 * comm.seconds, 1e3 * comm.model_seconds, human_count(double(comm.bytes_sent)),
-                               1e3 * result.exposed_comm_s, 1e3 * comm.exposed_model_seconds);
+    report.line += fmt::format(
+        " | comm {:.1f} ms = transfer {:.1f} (model {:.1f}) + skew {:.1f} {}B | exposed {:.1f} ms (model {:.1f})",
+        1e3 * comm.seconds, 1e3 * comm.transfer_seconds, 1e3 * comm.model_seconds, 1e3 * comm.skew_seconds,
+        human_count(double(comm.bytes_sent)), 1e3 * result.exposed_comm_s, 1e3 * comm.exposed_model_seconds);
   if (val_loss) report.line += fmt::format(" | val {:.4f}", *val_loss);
 
   report.record = {{"step", step},
@@ -74,6 +83,9 @@ StepReport step_report(const RunShape& run, int step, double lr, double seconds,
                    {"comm_ms", 1e3 * comm.seconds},
                    {"comm_bytes", comm.bytes_sent},
                    {"comm_model_ms", 1e3 * comm.model_seconds},
+                   {"transfer_ms", 1e3 * comm.transfer_seconds},
+                   {"skew_ms", 1e3 * comm.skew_seconds},
+                   {"exposed_transfer_ms", 1e3 * comm.exposed_transfer_seconds},
                    {"exposed_comm_ms", 1e3 * result.exposed_comm_s},
                    {"exposed_comm_model_ms", 1e3 * comm.exposed_model_seconds},
                    {"step_model_ms", 1e3 * step_model_seconds},

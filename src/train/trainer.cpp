@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dptrain/comm/collective_skew.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/train/checkpoint.hpp"
@@ -41,11 +42,13 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   group.size = world_.size();
   group.sum_scalar = [this](double x) { return world_.sum_in_rank_order(x); };
   group.max_scalar = [this](double x) { return world_.max_over_ranks({x})[0]; };
+  group.abort = [this](const std::string& message) { world_.abort(message, 1); };
   const EngineSettings settings{.grad_dtype = options_.grad_dtype,
                                 .zero_stage = options_.zero,
                                 .bucket_mb = options_.bucket_mb,
                                 .overlap = !options_.no_overlap,
-                                .grad_accum = options_.grad_accum};
+                                .grad_accum = options_.grad_accum,
+                                .comm_timeout_s = options_.comm_timeout};
   engine_ = std::make_unique<DataParallelEngine>(options_.model, *backend_, std::move(group), settings,
                                                  local_windows_);
   if (!options_.resume.empty()) {
@@ -160,8 +163,11 @@ int Trainer::run() {
     const StepResult result =
         engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
     const double seconds = watch.seconds();
-    const StepComm comm = account_step_comm(collectives_->log().take(), result.unit_backward_s, !options_.no_overlap,
-                                            world_.size(), link_.link, totals.collectives);
+    std::vector<CommRecord> calls = collectives_->log().take();
+    engine_->run_on_comm_executor(  // outside the timed step: its skew and transfer (collective_skew.hpp)
+        [&] { split_skew(calls, world_.all_gather(entry_times(calls)), world_.size()); }, "the exchange of entry times");
+    const StepComm comm = account_step_comm(calls, result.unit_backward_s, !options_.no_overlap, world_.size(),
+                                            link_.link, totals.collectives);
     const std::string skipped =
         result.finite ? std::string()
                       : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite", step + 1,

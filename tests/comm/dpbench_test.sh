@@ -32,7 +32,7 @@ check_bad_input() {
   grep -qF "dpbench: $expected_message" "$out/bad.err" ||
     { echo "FAIL '$*': expected 'dpbench: $expected_message'"; cat "$out/bad.err"; exit 1; }
 }
-check_bad_input "--op: unknown operation 'reduce' (expected allreduce, reduce_scatter, all_gather or sendrecv)" \
+check_bad_input "--op: unknown operation 'reduce' (expected allreduce, reduce_scatter, all_gather, sendrecv or all)" \
   --op reduce
 check_bad_input "-b 1M is larger than -e 1K" -b 1M -e 1K
 check_bad_input "-f: step factor must be an integer of at least 2, got 1" -f 1

@@ -130,5 +130,20 @@ TEST(Collectives, Names) {
   EXPECT_EQ(collective_name(Collective::ring_all_gather), "all-gather");
 }
 
+TEST(Collectives, GammaChargesTheBytesEachCollectiveAdds) {
+  // p = 4, M = 4e6: the ring adds 3 slices of 1e6 bytes in its reduce-scatter phase; the all-gather adds nothing;
+  // the tree's root adds two children's 4e6 at each of its 2 levels.
+  const Link with_gamma{.alpha_s = 0, .bandwidth_Bps = 1e9, .gamma_s_per_byte = 1e-10};
+  const Link without{.alpha_s = 0, .bandwidth_Bps = 1e9};
+  auto added = [&](Collective kind) {
+    return collective_cost(kind, 4, 4e6, with_gamma).seconds - collective_cost(kind, 4, 4e6, without).seconds;
+  };
+  EXPECT_NEAR(added(Collective::ring_all_reduce), 3e6 * 1e-10, 1e-15);
+  EXPECT_NEAR(added(Collective::ring_reduce_scatter), 3e6 * 1e-10, 1e-15);
+  EXPECT_EQ(added(Collective::ring_all_gather), 0.0);
+  EXPECT_NEAR(added(Collective::tree_all_reduce), 2 * 2 * 4e6 * 1e-10, 1e-15);
+  EXPECT_NEAR(collective_terms(Collective::tree_all_reduce, 2, 1.0).reduced_bytes, 1.0, 0);  // one child
+}
+
 }  // namespace
 }  // namespace dptrain::cost

@@ -89,6 +89,21 @@ TEST(Dpmodel, ProjectConfigGivesParameterCountAndTokens) {
                                    "per step)"))
       << run.output;
   EXPECT_TRUE(contains(run.output, "4 × A100 (312 TFLOP/s")) << run.output;
+  // Memory per GPU in GB as SYSTEMS-MODEL.md prints it, however small: 16 B × N = 52.1 MB at stage 0.
+  EXPECT_TRUE(contains(run.output, "| 0 | 0.01 GB | 0.01 GB | 0.04 GB | 0.05 GB | 0.01 GB |")) << run.output;
+}
+
+TEST(Dpmodel, PrintsGammaWhenTheLinkHasOne) {
+  const ProcessResult run = run_dpmodel("--model llama-7b --gpus 8 --link alpha=5us,bw=450GB/s,gamma=0.01ns/B --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json out = nlohmann::json::parse(run.output);
+  EXPECT_DOUBLE_EQ(out["link"]["gamma_s_per_byte"].get<double>(), 1e-11);
+  // 52.5 ms of the reference plus the adds: 7/8 of 13.48 GB at 10 ps per byte.
+  const double m = 2 * 6738149376.0;
+  EXPECT_NEAR(out["collectives"]["ring_all_reduce"]["seconds"].get<double>(),
+              14 * 5e-6 + 14.0 / 8 * m / 450e9 + 7.0 / 8 * m * 1e-11, 1e-12);
+  const ProcessResult table = run_dpmodel("--model llama-7b --gpus 8 --link alpha=5us,bw=450GB/s,gamma=0.01ns/B");
+  EXPECT_TRUE(contains(table.output, "γ = 0.01 ns/B")) << table.output;
 }
 
 TEST(Dpmodel, AnyModelFromFlags) {

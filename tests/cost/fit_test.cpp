@@ -55,6 +55,36 @@ TEST(Fit, RecoversFromMixedCollectivesAndRankCounts) {
   expect_relative_near(fit.link.bandwidth_Bps, bandwidth, 1e-9);
 }
 
+// t = α·a + β·b + γ·c for every kind and two rank counts: the adds (c) of all-reduce and reduce-scatter next to
+// an all-gather that adds nothing separate γ from β.
+TEST(Fit, RecoversGammaFromCollectivesThatAddAndOneThatDoesNot) {
+  const Link link{.alpha_s = 20e-6, .bandwidth_Bps = 50e6, .gamma_s_per_byte = 1 / 15e9};
+  std::vector<TimingSample> samples;
+  for (int p : {2, 3})
+    for (Collective kind : {Collective::ring_all_reduce, Collective::ring_reduce_scatter, Collective::ring_all_gather})
+      for (double bytes = 64e3; bytes <= 70e6; bytes *= 4)
+        samples.push_back({kind, p, bytes, collective_terms(kind, p, bytes).seconds(link)});
+  for (FitWeighting weighting : {FitWeighting::absolute, FitWeighting::relative}) {
+    const LinkGammaFit fitted = fit_alpha_beta_gamma(samples, weighting);
+    EXPECT_TRUE(fitted.gamma_fitted);
+    expect_relative_near(fitted.fit.link.alpha_s, link.alpha_s, 1e-7);
+    expect_relative_near(fitted.fit.link.bandwidth_Bps, link.bandwidth_Bps, 1e-7);
+    expect_relative_near(fitted.fit.link.gamma_s_per_byte, link.gamma_s_per_byte, 1e-6);
+    EXPECT_LT(fitted.fit.max_relative_residual, 1e-9);
+  }
+  // The α–β fit of the same sweep folds the adds into B: slower than the link.
+  EXPECT_LT(fit_alpha_beta(samples).link.bandwidth_Bps, link.bandwidth_Bps);
+}
+
+TEST(Fit, GammaIsNotDeterminedByOneKindOfCollective) {
+  // A ring all-reduce adds half of what it sends at every size: γ and β cannot be told apart; the α–β fit stands.
+  const std::vector<TimingSample> samples = ring_sweep(4, 5e-6, 10e9);
+  const LinkGammaFit fitted = fit_alpha_beta_gamma(samples);
+  EXPECT_FALSE(fitted.gamma_fitted);
+  EXPECT_EQ(fitted.fit.link, fit_alpha_beta(samples).link);
+  EXPECT_EQ(fitted.fit.link.gamma_s_per_byte, 0.0);
+}
+
 // Multiplicative noise, uniform in ±2%, from a fixed seed (mt19937's output is fixed by the standard).
 std::vector<TimingSample> noisy(std::vector<TimingSample> samples, std::uint32_t seed) {
   std::mt19937 generator(seed);

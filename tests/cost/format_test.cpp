@@ -27,6 +27,8 @@ TEST(Format, Bytes) {
   EXPECT_EQ(format_bytes(107'810'390'016), "107.81 GB");
   EXPECT_EQ(format_bytes(512e3), "512.00 KB");
   EXPECT_EQ(format_bytes(6.5e6), "6.50 MB");
+  EXPECT_EQ(format_gigabytes(210.57e6), "0.21 GB");
+  EXPECT_EQ(format_gigabytes(25.27e9), "25.27 GB");
   EXPECT_EQ(format_bytes(12), "12 B");
   EXPECT_EQ(format_bytes(0), "0 B");
 }

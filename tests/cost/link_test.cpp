@@ -51,6 +51,13 @@ TEST(Link, ParsesSpecInAnyOrder) {
   EXPECT_EQ(parse_link("alpha=5us,bw=450GB/s"), (Link{5e-6, 450e9}));
 }
 
+TEST(Link, ParsesGammaAsTimePerByteOrAsARate) {
+  EXPECT_EQ(parse_link_spec("alpha=5us,bw=450GB/s,gamma=2ns/B"), (Link{5e-6, 450e9, 2e-9}));
+  EXPECT_EQ(parse_link_spec("gamma=10GB/s,alpha=5us,bw=450GB/s"), (Link{5e-6, 450e9, 1 / 10e9}));
+  EXPECT_EQ(parse_link("ib-400g").gamma_s_per_byte, 0.0);  // presets add for free, as SYSTEMS-MODEL.md
+  EXPECT_EQ(describe(Link{5e-6, 450e9, 2e-9}), "α = 5 µs, B = 450 GB/s, γ = 2 ns/B");
+}
+
 // Every bad value is refused with a UserError that quotes what was wrong.
 void expect_refused(const std::string& text, const std::string& quoted) {
   try {
@@ -68,7 +75,9 @@ TEST(Link, RefusesBadSpecsNamingTheBadText) {
   expect_refused("alpha=us,bw=450GB/s", "'us'");
   expect_refused("alpha=5us", "needs both alpha and bw");
   expect_refused("bw=450GB/s", "needs both alpha and bw");
-  expect_refused("alpha=5us,bw=450GB/s,gamma=1s", "'gamma'");
+  expect_refused("alpha=5us,bw=450GB/s,gamma=1s", "'1s'");  // neither a time per byte nor a rate
+  expect_refused("alpha=5us,bw=450GB/s,gamma=1ns/B,gamma=2ns/B", "'gamma'");
+  expect_refused("alpha=5us,bw=450GB/s,delta=1s", "'delta'");
   expect_refused("alpha=5us,alpha=6us,bw=1GB/s", "'alpha'");
   expect_refused("alpha=5us;bw=450GB/s", "'5us;bw=450GB/s'");
   expect_refused("alpha=-5us,bw=450GB/s", "'-5us'");

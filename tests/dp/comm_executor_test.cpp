@@ -116,6 +116,22 @@ TEST(CommExecutor, AWaiterForALaterTaskGetsTheException) {
   EXPECT_THROW(executor.wait(later), std::logic_error);
 }
 
+TEST(CommExecutor, WaitUntilGivesUpAtTheDeadlineAndNamesTheTaskThatIsStuck) {
+  CommExecutor executor;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  const auto stuck = executor.submit([released] { released.wait(); }, "all_reduce on unit blocks 0-1");
+  const auto behind = executor.submit([] {}, "all_reduce on unit embeddings");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(executor.wait_until(behind, start + 50ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 50ms);
+  EXPECT_EQ(executor.running(), "all_reduce on unit blocks 0-1");  // the later task waits behind it
+  release.set_value();
+  EXPECT_TRUE(executor.wait_until(stuck, std::chrono::steady_clock::now() + 10s));
+  EXPECT_TRUE(executor.wait_until(behind, std::chrono::steady_clock::now() + 10s));
+  EXPECT_EQ(executor.running(), "");
+}
+
 TEST(CommExecutor, DestructorFinishesQueuedTasks) {
   std::atomic<int> ran{0};
   {

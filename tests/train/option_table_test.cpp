@@ -37,6 +37,7 @@ const std::map<std::string, Sample>& samples() {
       {"--check-every", {"3", "3"}},        {"--zero", {"2", "2"}},
       {"--bucket-mb", {"0.5", "0.5"}},      {"--no-overlap", {"", "true"}},
       {"--grad-accum", {"4", "4"}},         {"--link", {"ib-400g", "ib-400g"}},
+      {"--comm-timeout", {"7.5", "7.5"}},
       {"--peak-tflops", {"1.5", "1.5"}},    {"--threads", {"3", "3"}},
       {"--log", {"run.jsonl", "run.jsonl"}}, {"--trace", {"trace.json", "trace.json"}},
       {"--save", {"ckpt", "ckpt"}},         {"--save-every", {"10", "10"}},
@@ -97,12 +98,12 @@ TEST(OptionTable, OnlyOptionsThatChangeNothingSharedMayDifferAcrossRanks) {
   std::set<std::string> per_rank;
   for (const TrainOption& option : train_option_table())
     if (option.agreement == Agreement::per_rank) per_rank.insert(option.flag);
-  EXPECT_EQ(per_rank, (std::set<std::string>{"--data", "--threads", "--log", "--quiet"}));
+  EXPECT_EQ(per_rank, (std::set<std::string>{"--data", "--threads", "--log", "--quiet", "--comm-timeout"}));
 
   TrainOptions options;
   options.save = "ckpt";
   const std::vector<AgreedValue> shared = values_every_rank_shares(options);
-  ASSERT_EQ(shared.size(), train_option_table().size() - 4);
+  ASSERT_EQ(shared.size(), train_option_table().size() - 5);
   EXPECT_EQ(shared.front().name, "--vocab");
   EXPECT_EQ(shared.front().text, "256");
   const auto save = std::find_if(shared.begin(), shared.end(), [](const AgreedValue& v) { return v.name == "--save"; });

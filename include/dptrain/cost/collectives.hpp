@@ -1,5 +1,8 @@
 // Time, wire bytes and payload of the collectives on an α–β link (SYSTEMS-MODEL.md "Links"), for p ranks.
-// Every time has the form  t = alpha_count·α + bandwidth_bytes/B , which the α–β fit (fit.hpp) inverts.
+// Every time has the form  t = alpha_count·α + bandwidth_bytes/B + reduced_bytes·γ , which the fit (fit.hpp)
+// inverts. reduced_bytes is what a rank adds on the critical path: ring all-reduce and reduce-scatter (p−1)/p·M,
+// the tree up to two children's M per level on the way up (2⌈log2 p⌉·M, M for p = 2), the all-gathers nothing.
+// With γ = 0 (every preset) the times are SYSTEMS-MODEL.md's to the last digit.
 //
 //   collective                        alpha_count   bandwidth_bytes      wire bytes each rank sends  payload
 //   ring all-reduce (M)               2(p−1)        2(p−1)/p·M           2(p−1)/p·M                  M
@@ -31,7 +34,10 @@ std::string_view collective_name(Collective kind);
 struct AlphaBetaTerms {
   double alpha_count;      // how many α the critical path pays
   double bandwidth_bytes;  // bytes the critical path moves at B
-  double seconds(const Link& link) const { return alpha_count * link.alpha_s + bandwidth_bytes / link.bandwidth_Bps; }
+  double reduced_bytes = 0;  // bytes the critical path adds, at γ seconds each
+  double seconds(const Link& link) const {
+    return alpha_count * link.alpha_s + bandwidth_bytes / link.bandwidth_Bps + reduced_bytes * link.gamma_s_per_byte;
+  }
 };
 
 struct CollectiveCost {

@@ -35,4 +35,16 @@ struct LinkFit {
 // distinct alpha/bandwidth ratio (e.g. one message size at one p), or times that do not grow with bytes.
 LinkFit fit_alpha_beta(std::span<const TimingSample> samples, FitWeighting weighting = FitWeighting::absolute);
 
+// α, β and γ together: t = alpha_count·α + bandwidth_bytes·β + reduced_bytes·γ (collectives.hpp), least squares on
+// all three. γ is determined only when the samples' reduced bytes are not proportional to their bandwidth bytes:
+// one collective kind alone cannot tell adding from sending (a ring all-reduce adds half of what it sends), so the
+// sweep must mix collectives that add (all-reduce, reduce-scatter) with one that does not (all-gather). Where it
+// is not determined (gamma_fitted = false), or comes out negative, the result is fit_alpha_beta's with γ = 0.
+struct LinkGammaFit {
+  LinkFit fit;               // fit.link.gamma_s_per_byte holds γ
+  bool gamma_fitted = false;
+};
+LinkGammaFit fit_alpha_beta_gamma(std::span<const TimingSample> samples,
+                                  FitWeighting weighting = FitWeighting::absolute);
+
 }  // namespace dptrain::cost

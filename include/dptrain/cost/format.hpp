@@ -12,6 +12,9 @@ namespace dptrain::cost {
 std::string format_seconds(double seconds);
 // Bytes in powers of 10^3, two decimals: "23.58 GB", "1.68 GB", "512.00 KB", "12 B". GB is the largest unit.
 std::string format_bytes(double bytes);
+// Bytes in GB whatever their size, two decimals: "0.21 GB", "25.27 GB" — the ZeRO table's unit in SYSTEMS-MODEL.md,
+// so that a column of stages reads in one unit.
+std::string format_gigabytes(double bytes);
 // A fraction as a percentage, one decimal: 0.4729 → "47.3%".
 std::string format_percent(double fraction);
 // FLOPs with an SI prefix, two decimals: "46.87 GFLOP".

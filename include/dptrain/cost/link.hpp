@@ -10,6 +10,9 @@ namespace dptrain::cost {
 struct Link {
   double alpha_s = 0;        // α: fixed cost of one message, seconds
   double bandwidth_Bps = 0;  // B: one-direction bandwidth per rank, bytes per second
+  // γ: seconds per byte a rank adds into its accumulator (the reduction's own cost, on the rank's cores). Zero in
+  // the presets and in SYSTEMS-MODEL.md's formulas, where the adds are taken to hide behind the transfer.
+  double gamma_s_per_byte = 0;
 
   // α + n/B: the time to send one message of `bytes` bytes.
   double message_seconds(double bytes) const { return alpha_s + bytes / bandwidth_Bps; }
@@ -30,12 +33,13 @@ const LinkPreset* find_link_preset(std::string_view name);  // nullptr when unkn
 double parse_seconds(std::string_view text);
 // "450GB/s" → 4.5e11. Bytes: B/s, KB/s, MB/s, GB/s, TB/s (powers of 10^3); bits: b/s, Kb/s, Mb/s, Gb/s, Tb/s.
 double parse_bandwidth(std::string_view text);
-// "alpha=5us,bw=450GB/s" (keys in any order, both required; `bandwidth` is accepted for `bw`).
+// "alpha=5us,bw=450GB/s" (keys in any order, both required; `bandwidth` is accepted for `bw`), optionally
+// ",gamma=0.07ns/B" (seconds per byte added) or ",gamma=15GB/s" (bytes added per second; γ = 1/rate).
 Link parse_link_spec(std::string_view text);
 // A preset name or a spec; the UserError lists the presets and the spec syntax.
 Link parse_link(std::string_view text);
 
-// "α = 5 µs, B = 450 GB/s"
+// "α = 5 µs, B = 450 GB/s" (and ", γ = 0.0667 ns/B" when γ > 0)
 std::string describe(const Link& link);
 
 }  // namespace dptrain::cost

@@ -3,12 +3,14 @@
 // issues the same sequence of collectives whatever the timing. (The CUDA backend's counterpart is a stream with
 // events: submit = enqueue on the comm stream, wait = wait on the task's event.)
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -23,21 +25,27 @@ class CommExecutor {
   CommExecutor(const CommExecutor&) = delete;
   CommExecutor& operator=(const CommExecutor&) = delete;
 
-  // Queues a task behind every task submitted before it.
-  Ticket submit(std::function<void()> task);
+  // Queues a task behind every task submitted before it. `what` names it for a watchdog's message
+  // ("all_reduce on unit blocks 0-11").
+  Ticket submit(std::function<void()> task, std::string what = "communication");
   // Blocks until task `ticket` (and so every earlier one) has finished. A task's exception is rethrown here (to
   // the first waiter after it was thrown); later tasks are dropped, since the ranks no longer agree.
   void wait(Ticket ticket);
+  // As wait, but gives up at `deadline`: false when task `ticket` has not finished by then (it keeps running).
+  bool wait_until(Ticket ticket, std::chrono::steady_clock::time_point deadline);
   void wait_all() { wait(submitted_); }
+  // The name of the task running now (the one every later task waits behind), or "" when idle.
+  std::string running() const;
   // Runs a task on the executor and waits for it: MPI calls between collectives keep their place in the order.
   void run(std::function<void()> task) { wait(submit(std::move(task))); }
 
  private:
   void loop();
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable queued_, finished_;
-  std::deque<std::function<void()>> tasks_;
+  std::deque<std::pair<std::function<void()>, std::string>> tasks_;
+  std::string running_;
   Ticket submitted_ = 0, completed_ = 0;
   std::exception_ptr error_;
   bool stopping_ = false;

@@ -23,6 +23,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct RankGroup {
   // Sum of one double per rank, added in rank order so every rank gets the same bits; the largest of them.
   std::function<double(double)> sum_scalar = [](double x) { return x; };
   std::function<double(double)> max_scalar = [](double x) { return x; };
+  // Ends the whole job with `message` (the trainer: "rank R: message" and MPI_Abort); must not return. Called by
+  // the comm watchdog when a collective does not complete in time, since the other ranks may wait for ever.
+  std::function<void(const std::string&)> abort = [](const std::string& message) { throw std::runtime_error(message); };
 };
 
 struct EngineSettings {
@@ -54,6 +58,9 @@ struct EngineSettings {
   double bucket_mb = 25;           // unit size in MiB of gradient; 0 = one unit per block
   bool overlap = true;             // false: the same collectives, issued after backward ends
   int grad_accum = 1;              // micro-steps per step
+  // The compute thread's longest wait for one piece of communication before it gives up on the job (a stopped
+  // rank or a dead link would otherwise hang every rank for ever).
+  double comm_timeout_s = 300;
 };
 
 struct StepResult {
@@ -141,6 +148,10 @@ class DataParallelEngine {
   MemoryUse memory() const;
   Timeline& timeline() { return timeline_; }
 
+  // Runs `task` on the comm executor between steps (the ranks' exchange of entry times), so that it keeps its
+  // place in the executor's sequence of MPI calls; watched by the same timeout as the step's collectives.
+  void run_on_comm_executor(std::function<void()> task, const char* what);
+
  private:
   bool distributed() const { return group_.size > 1 && group_.collectives; }
   std::size_t wire_bytes() const { return element_size(settings_.grad_dtype); }
@@ -153,6 +164,9 @@ class DataParallelEngine {
   void collective(CollectiveOp op, std::size_t unit, void* data, DType dtype);
   // Blocks the compute thread until a ticket is done; the time counts as exposed communication.
   void wait_for_comm(CommExecutor::Ticket ticket, const char* what);
+  // Waits for a ticket at most comm_timeout_s; past it, aborts the job naming the task the executor is stuck in.
+  void watched_wait(CommExecutor::Ticket ticket);
+  std::string task_name(CollectiveOp op, std::size_t unit) const;  // "all_reduce on unit blocks 0-11"
   void launch_gradient(std::size_t unit);
   std::byte* gradient_slice(std::size_t unit);  // this rank's reduced slice of a unit, in the wire dtype
   // Weight all-gathers (stages 1–3): own = this rank's slice in device memory (own_count real elements, the rest

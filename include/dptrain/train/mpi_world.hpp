@@ -33,6 +33,7 @@ class MpiWorld {
   std::vector<int> ranks_differing_from_first(std::uint64_t value) const;
   // Every rank's values, rank after rank ([size × values.size()]); every rank passes as many.
   std::vector<std::uint64_t> all_gather(const std::vector<std::uint64_t>& values) const;
+  std::vector<double> all_gather(const std::vector<double>& values) const;
   // Rank `root`'s text on every rank.
   std::string broadcast(const std::string& text, int root) const;
 

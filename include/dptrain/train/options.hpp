@@ -37,6 +37,7 @@ struct TrainOptions {
   double bucket_mb = 25;      // gradient unit size in MiB; 0: one unit per block
   bool no_overlap = false;    // issue the gradient collectives after backward instead of during it
   int grad_accum = 1;         // micro-steps per step
+  double comm_timeout = 300;  // seconds a collective may take before the job is ended (a stopped rank, a dead link)
 
   std::string link;           // α–β link: preset, link.json, or alpha=..,bw=..; empty: calibrate at start-up
   double peak_tflops = 0;     // per-rank peak for MFU; 0: measured by an sgemm probe

@@ -22,18 +22,24 @@ struct CollectiveTotals {
   std::size_t calls = 0;
   std::uint64_t bytes = 0, bytes_sent = 0;
   double measured = 0, modelled = 0;  // seconds
+  double transfer = 0, skew = 0;      // measured = transfer + skew (collective_skew.hpp); modelled predicts transfer
 };
 using CollectiveTable = std::map<std::tuple<CollectiveOp, Algorithm, std::size_t>, CollectiveTotals>;
 
-// One step's collectives: measured and modelled time, bytes sent, and the modelled exposed part.
+// One step's collectives: measured time split into transfer and skew, modelled time, bytes sent, and the modelled
+// exposed part.
 struct StepComm {
   double seconds = 0, model_seconds = 0, exposed_model_seconds = 0;
+  double transfer_seconds = 0, skew_seconds = 0;  // seconds = transfer + skew
+  // The overlap model run on the measured transfer times instead of the α–β ones: what would stay exposed if the
+  // ranks arrived together.
+  double exposed_transfer_seconds = 0;
   std::uint64_t bytes_sent = 0;
 };
 
 // Sums the step's calls and adds each to `table`. With overlap, the units' collectives queue behind the backward
 // pass as the measured per-unit backward times release them (cost::simulate_overlap); weight all-gathers, and
-// everything without overlap, count as exposed.
+// everything without overlap, count as exposed. The calls' skew_s and transfer_s must be filled (split_skew).
 StepComm account_step_comm(const std::vector<CommRecord>& calls, const std::vector<double>& unit_backward_s,
                            bool overlap, int ranks, const cost::Link& link, CollectiveTable& table);
 

@@ -22,6 +22,7 @@ struct RunTotals {
   int steps = 0;
   double seconds = 0;
   double comm = 0, comm_model = 0, exposed = 0, exposed_model = 0;  // seconds
+  double transfer = 0, skew = 0;                                    // comm = transfer + skew
   std::uint64_t bytes_sent = 0;
   double last_loss = NAN, last_val = NAN;
   CollectiveTable collectives;  // filled by account_step_comm

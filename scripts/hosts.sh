@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Test hosts on one machine: N network namespaces ("hosts") joined by veth pairs to a bridge that lives in its own
+# namespace, each host's link optionally shaped with tbf, and an mpirun that starts one rank per host over TCP.
+#
+#   scripts/hosts.sh up N [--rate RATE]     # RATE in tc's units: 400mbit, 1gbit, ...
+#   scripts/hosts.sh mpirun [-np K] [mpirun options] -- PROGRAM ARGS   # one rank on each of the first K hosts
+#   scripts/hosts.sh down                   # removes everything `up` made (also after a failed run)
+#   scripts/hosts.sh status
+#
+# Host i is namespace ${DPTRAIN_HOSTS}-h<i> with eth0 = 10.213.77.<i+1>/24; the switch is ${DPTRAIN_HOSTS}-sw.
+# DPTRAIN_HOSTS (default "dptrain") names the set, so two sets (e.g. two tests) can exist side by side: each set
+# is a separate group of namespaces, so they may reuse the same addresses. Nothing is added to the root namespace:
+# traffic can only go between the hosts of one set. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+SET="${DPTRAIN_HOSTS:-dptrain}"
+SUBNET=10.213.77
+STATE="/run/dptrain-hosts/$SET"
+SWITCH="$SET-sw"
+
+host_ns() { echo "$SET-h$1"; }
+host_ip() { echo "$SUBNET.$(($1 + 1))"; }
+die() { echo "hosts.sh: $*" >&2; exit 2; }
+
+# Exit 77 ("skip") with one line when namespaces cannot be made here: tests turn it into a skip (or a failure
+# under CI=true).
+can_make_namespaces() {
+  local probe="$SET-probe$$"
+  if ! ip netns add "$probe" 2>/dev/null; then return 1; fi
+  ip netns delete "$probe"
+}
+
+down() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$SET-(h[0-9]+|sw)$" || true); do
+    # Ranks left behind by a failed run: processes inside our own namespaces only, killed by id.
+    local pids
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    if [ -n "$pids" ]; then kill -CONT $pids 2>/dev/null || true; kill -KILL $pids 2>/dev/null || true; fi
+    ip netns delete "$ns" 2>/dev/null || true  # deleting a namespace deletes its end of every veth
+  done
+  rm -rf "$STATE"
+}
+
+up() {
+  local n="${1:-}" rate=""
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 32 ] || die "up: N must be 1..32, got '${n}'"
+  shift
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --rate) rate="${2:-}"; shift 2 ;;
+      *) die "up: unknown option '$1' (accepted: --rate RATE)" ;;
+    esac
+  done
+  if [ -n "$rate" ] && ! [[ "$rate" =~ ^[0-9.]+(bit|kbit|mbit|gbit)$ ]]; then
+    die "up: --rate '$rate' is not a tc rate (e.g. 400mbit, 1gbit)"
+  fi
+  if ! can_make_namespaces; then
+    echo "hosts.sh: cannot create network namespaces here (needs root and CAP_SYS_ADMIN)" >&2
+    exit 77
+  fi
+  down
+  trap 'down' ERR
+  mkdir -p "$STATE"
+  ip netns add "$SWITCH"
+  ip -n "$SWITCH" link add br0 type bridge
+  ip -n "$SWITCH" link set br0 up
+  ip -n "$SWITCH" link set lo up
+  local i hosts=()
+  for ((i = 0; i < n; i++)); do
+    local ns; ns=$(host_ns $i)
+    ip netns add "$ns"
+    ip -n "$SWITCH" link add "p$i" type veth peer name eth0 netns "$ns"
+    ip -n "$SWITCH" link set "p$i" master br0 up
+    ip -n "$ns" addr add "$(host_ip $i)/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    if [ -n "$rate" ]; then
+      # Each host's sending side is shaped, as a NIC of that rate would be; the burst has to hold one GSO segment
+      # (veth hands tbf up to 64 KiB at once; a smaller bucket drops it), and 100 ms of queue lets TCP's own
+      # pacing, not drops, set the rate.
+      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 128kb latency 100ms
+    fi
+    hosts+=("$(host_ip $i)")
+  done
+  printf '%s\n' "${hosts[@]}" > "$STATE/hosts"
+  echo "${rate:-unshaped}" > "$STATE/rate"
+  # The rsh agent Open MPI calls instead of ssh: `agent HOST COMMAND...` runs COMMAND in HOST's namespace, with a
+  # shell, as ssh would.
+  cat > "$STATE/agent" <<EOF
+#!/bin/sh
+host="\$1"; shift
+last=\${host##*.}
+exec ip netns exec "$SET-h\$((last - 1))" sh -c "\$*"
+EOF
+  chmod +x "$STATE/agent"
+  trap - ERR
+  echo "hosts.sh: $n host(s) ${hosts[*]} on bridge $SWITCH/br0, link ${rate:-unshaped}"
+}
+
+run_mpi() {
+  [ -f "$STATE/hosts" ] || die "mpirun: no hosts (run 'scripts/hosts.sh up N' first)"
+  local options=() np=""
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+    case "$1" in
+      -np|-n|--np) np="${2:-}"; shift 2 ;;  # the first NP hosts (default: all)
+      *) options+=("$1"); shift ;;
+    esac
+  done
+  [ "${1:-}" = "--" ] || die "mpirun: expected 'mpirun [mpirun options] -- PROGRAM ARGS'"
+  shift
+  [ $# -ge 1 ] || die "mpirun: no program"
+  local hosts n
+  mapfile -t hosts < "$STATE/hosts"
+  n=${#hosts[@]}
+  if [ -n "$np" ]; then
+    [[ "$np" =~ ^[0-9]+$ ]] && [ "$np" -ge 1 ] && [ "$np" -le "$n" ] || die "mpirun: -np $np, but there are $n hosts"
+    n=$np
+    hosts=("${hosts[@]:0:$n}")
+  fi
+  local list; list=$(printf '%s:1,' "${hosts[@]}"); list=${list%,}
+  # mpirun runs in host 0 (so it reaches the others' daemons over the test subnet). TCP only (no shared memory
+  # between "hosts"), restricted to the test subnet; routed=direct: every daemon talks to mpirun itself, not
+  # through a tree of daemons that would need to find one another first.
+  exec ip netns exec "$(host_ns 0)" mpirun --host "$list" -np "$n" \
+    --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
+    --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24" \
+    --mca pml ob1 "${options[@]}" "$@"
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) down ;;
+  mpirun) shift; run_mpi "$@" ;;
+  status)
+    ip netns list | grep -E "^$SET-" || echo "hosts.sh: no hosts of set '$SET'"
+    [ -f "$STATE/rate" ] && echo "link: $(cat "$STATE/rate")" ;;
+  *) die "usage: hosts.sh up N [--rate RATE] | mpirun [options] -- PROGRAM ARGS | down | status" ;;
+esac
