@@ -91,7 +91,9 @@ void check_memory_and_bytes(const nlohmann::json& summary, int stage, int world,
   for (const char* name : {"communication_buffers", "activations", "working_copies", "peak_resident"}) {
     const nlohmann::json& row = memory.at(name);
     // Every category but the staging buffers (empty at stage 0, checked below) holds something.
-    if (std::string(name) != "communication_buffers") EXPECT_GT(row.at("measured").get<double>(), 0.0) << name;
+    if (std::string(name) != "communication_buffers") {
+      EXPECT_GT(row.at("measured").get<double>(), 0.0) << name;
+    }
     EXPECT_GE(row.at("measured_max_rank").get<double>(), row.at("measured").get<double>()) << name;
     EXPECT_FALSE(row.contains("modelled")) << name;
   }
