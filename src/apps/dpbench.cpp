@@ -18,6 +18,7 @@
 
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/comm/mpi_transport.hpp"
+#include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
@@ -385,6 +386,28 @@ void write_json(const std::string& path, const std::vector<BenchResult>& results
   if (!(out << rows.dump(2) << '\n')) fail("--json: cannot write '{}'", path);
 }
 
+// Every rank holds a message and a receive buffer of the largest size, and the collective's scratch may take as
+// much again: a sweep that cannot fit is refused before it starts, rather than by the allocator (or the kernel's
+// out-of-memory killer) in its middle. Collective: every rank returns the same answer.
+bool memory_fits(std::size_t max_bytes, int rank) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int local_ranks = 1;
+  MPI_Comm_size(node, &local_ranks);
+  MPI_Comm_free(&node);
+  const double per_rank = 3.0 * double(max_bytes), needed = per_rank * local_ranks;
+  const double available = available_memory_bytes();
+  int fits = needed <= available ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &fits, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!fits && rank == 0)
+    std::fprintf(stderr,
+                 "dpbench: -e: messages of up to %s need about %s per rank (the message, a receive buffer and the "
+                 "collective's scratch) × %d rank(s) on this host = %s, but %s is available: lower -e (and -b)\n",
+                 format_binary_bytes(double(max_bytes)).c_str(), format_binary_bytes(per_rank).c_str(), local_ranks,
+                 format_binary_bytes(needed).c_str(), format_binary_bytes(available).c_str());
+  return fits == 1;
+}
+
 int run(int argc, char** argv, int rank) {
   std::optional<Options> options;
   try {
@@ -405,6 +428,8 @@ int run(int argc, char** argv, int rank) {
     if (rank == 0) std::fprintf(stderr, "dpbench: --json: cannot write '%s'\n", options->json.c_str());
     return kExitBadInput;
   }
+
+  if (!memory_fits(options->max_bytes, rank)) return kExitBadInput;
 
   MpiTransport transport(MPI_COMM_WORLD);
   std::vector<BenchResult> results;
@@ -443,6 +468,11 @@ int main(int argc, char** argv) {
   int code = 0;
   try {
     code = dptrain::run(argc, argv, rank);
+  } catch (const std::bad_alloc&) {  // what memory_fits did not foresee: the sizes asked for are too large
+    std::fprintf(stderr, "dpbench: rank %d: out of memory (%s available on this host): lower -e\n", rank,
+                 dptrain::format_binary_bytes(dptrain::available_memory_bytes()).c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, dptrain::kExitBadInput);
   } catch (const std::exception& e) {  // a failure on some ranks only: end the whole job rather than hang
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     std::fflush(stderr);

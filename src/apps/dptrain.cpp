@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
     return trainer->run();
   } catch (const dptrain::UserError& e) {
     world.abort(e.what(), dptrain::kExitBadInput);
+  } catch (const std::bad_alloc&) {
+    world.abort(dptrain::out_of_memory_message(), dptrain::kExitBadInput);
   } catch (const std::exception& e) {
     world.abort(e.what(), 1);
   }

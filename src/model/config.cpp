@@ -8,12 +8,12 @@
 namespace dptrain {
 
 void validate(const ModelConfig& c) {
-  require(c.vocab >= 2 && c.vocab <= 1 << 24, "vocab must be in [2, 16777216], got {}", c.vocab);
-  require(c.seq >= 1 && c.seq <= 1 << 16, "seq must be in [1, 65536], got {}", c.seq);
-  require(c.layers >= 1 && c.layers <= 1024, "layers must be in [1, 1024], got {}", c.layers);
-  require(c.width >= 1 && c.width <= 1 << 16, "width must be in [1, 65536], got {}", c.width);
-  require(c.heads >= 1, "heads must be at least 1, got {}", c.heads);
-  require(c.width % c.heads == 0, "heads must divide width: width {} is not a multiple of heads {}", c.width,
+  require(c.vocab >= 2 && c.vocab <= 1 << 24, "--vocab must be in [2, 16777216], got {}", c.vocab);
+  require(c.seq >= 1 && c.seq <= 1 << 16, "--seq must be in [1, 65536], got {}", c.seq);
+  require(c.layers >= 1 && c.layers <= 1024, "--layers must be in [1, 1024], got {}", c.layers);
+  require(c.width >= 1 && c.width <= 1 << 16, "--width must be in [1, 65536], got {}", c.width);
+  require(c.heads >= 1, "--heads must be at least 1, got {}", c.heads);
+  require(c.width % c.heads == 0, "--heads must divide --width: --width {} is not a multiple of --heads {}", c.width,
           c.heads);
 }
 

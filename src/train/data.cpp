@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/hash.hpp"
 
@@ -21,6 +22,13 @@ namespace {
 std::string read_file_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   require(bool(in), "cannot open data file '{}'", path.string());
+  // The size is known first (only regular files are read): a corpus larger than memory is refused by its size
+  // rather than by the allocator.
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  require(ec || double(size) * 3 <= available_memory_bytes(),
+          "data file '{}' is {} bytes; reading it needs about 3 times that and only {} bytes are available",
+          path.string(), size, std::uint64_t(available_memory_bytes()));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return bytes;
 }
@@ -50,16 +58,50 @@ std::vector<std::uint16_t> parse_token_shard(const std::string& bytes, const std
   return tokens;
 }
 
+// A file is text unless it holds a NUL byte: UTF-8 and ASCII text never do, binary formats (a token shard's
+// 16-bit ids below 256 among them) nearly always do.
+bool looks_like_text(const std::string& bytes) { return bytes.find('\0') == std::string::npos; }
+
+// Files under a directory, following links to directories; a link that leads back to a directory already on the
+// way (a loop) is refused instead of being followed until the path is too long.
+void collect_files(const fs::path& directory, std::set<fs::path>& ancestors, std::vector<fs::path>& out) {
+  for (const fs::directory_entry& entry : fs::directory_iterator(directory)) {
+    if (entry.is_directory()) {
+      const fs::path target = fs::canonical(entry.path());
+      require(!ancestors.contains(target),
+              "data directory: '{}' is a symbolic link loop (it leads back to '{}'); remove the link or point "
+              "--data elsewhere",
+              entry.path().string(), target.string());
+      ancestors.insert(target);
+      collect_files(entry.path(), ancestors, out);
+      ancestors.erase(target);
+    } else if (entry.is_regular_file()) {
+      out.push_back(entry.path());
+    }
+  }
+}
+
 std::vector<fs::path> source_files(const fs::path& root) {
   std::error_code ec;
   const auto status = fs::status(root, ec);
-  require(!ec && fs::exists(status), "data path '{}' does not exist", root.string());
+  require(!ec && fs::exists(status), "data path '{}' does not exist{}", root.string(),
+          ec && ec != std::errc::no_such_file_or_directory ? fmt::format(" or cannot be read ({})", ec.message())
+                                                          : std::string());
+  // A device or pipe (/dev/zero, /dev/stdin) may never end: only files of a known size are read.
+  require(fs::is_directory(status) || fs::is_regular_file(status),
+          "data path '{}' is neither a regular file nor a directory; expected a text file, an llm.c token shard or "
+          "a directory of them",
+          root.string());
   if (!fs::is_directory(status)) return {root};
   std::vector<fs::path> files;
   std::set<fs::path> seen;  // canonical targets: fortune's *.u8 are links to the plain files
   std::vector<fs::path> all;
-  for (const auto& entry : fs::recursive_directory_iterator(root, fs::directory_options::follow_directory_symlink))
-    if (entry.is_regular_file()) all.push_back(entry.path());
+  try {
+    std::set<fs::path> ancestors = {fs::canonical(root)};
+    collect_files(root, ancestors, all);
+  } catch (const fs::filesystem_error& e) {  // a link to itself, an unreadable folder, ...
+    fail("data directory '{}': cannot read '{}': {}", root.string(), e.path1().string(), e.code().message());
+  }
   std::sort(all.begin(), all.end());
   for (const auto& path : all) {
     if (path.extension() == ".dat" || path.filename().string().starts_with(".")) continue;
@@ -93,6 +135,17 @@ Corpus load_corpus(const std::string& path) {
   std::size_t shards = 0, texts = 0;
   for (const auto& file : source_files(path)) {
     const std::string bytes = read_file_bytes(file);
+    // A file without the shard magic is text only if it looks like text and is not named as a shard: a shard
+    // with a damaged header must not be trained on as bytes.
+    const bool shard_name = file.extension() == ".bin";
+    if (!starts_with_shard_magic(bytes) && (shard_name || !looks_like_text(bytes))) {
+      std::int32_t magic = 0;
+      std::memcpy(&magic, bytes.data(), std::min(bytes.size(), sizeof magic));
+      fail("data file '{}' is {}: it starts with {} where an llm.c token shard has magic {}; expected a shard or "
+           "text",
+           file.string(), shard_name ? "named as a token shard but has no shard header" : "binary but not a token shard",
+           magic, kShardMagic);
+    }
     if (starts_with_shard_magic(bytes)) {
       const auto tokens = parse_token_shard(bytes, file.string());
       corpus.tokens.insert(corpus.tokens.end(), tokens.begin(), tokens.end());

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
@@ -90,6 +91,12 @@ std::string MpiWorld::broadcast(const std::string& text, int root) const {
   return out;
 }
 
+std::string out_of_memory_message() {
+  return fmt::format("out of memory ({} available on this host): the model, --batch, --eval-windows or the data "
+                     "are too large for it",
+                     format_binary_bytes(available_memory_bytes()));
+}
+
 std::optional<std::string> thread_support_problem(int provided) {
   if (provided >= MPI_THREAD_MULTIPLE) return std::nullopt;
   const char* granted = provided == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
@@ -113,6 +120,9 @@ int MpiWorld::agree(const std::function<void()>& setup, const char* program) con
   } catch (const UserError& e) {
     code = kExitBadInput;
     message = e.what();
+  } catch (const std::bad_alloc&) {  // what the memory estimate did not foresee: still the input's size
+    code = kExitBadInput;
+    message = out_of_memory_message();
   } catch (const std::exception& e) {
     code = 1;
     message = e.what();

@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -47,6 +49,32 @@ void add_dtype_option(CLI::App& app, const std::string& flag, const std::string&
       ->default_str(target == DType::bf16 ? "bf16" : "fp32");
 }
 
+// Checks made on the text of every number, once here for every option of its type: a floating option must be
+// finite (inf passes range checks written as `x >= 0`, nan fails them with a confusing message), and an unsigned
+// one must not be negative (CLI11 would wrap -1 to 2^64 − 1).
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() && !std::isfinite(value))
+          return fmt::format("must be a finite number, got {}", text);
+        return {};  // a finite number, or not a number at all (the conversion reports that)
+      },
+      "FINITE");
+}
+
+CLI::Validator not_negative() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::size_t first = text.find_first_not_of(" \t");
+        if (first != std::string::npos && text[first] == '-')
+          return fmt::format("must be a non-negative integer, got {}", text);
+        return {};
+      },
+      "NON-NEGATIVE");
+}
+
 enum class Shown { default_value, nothing };  // whether --help shows the default after the help text
 enum class Checkpoint { recorded, not_recorded };
 
@@ -69,6 +97,8 @@ TrainOption entry(std::string flag, std::string help, Field field, Agreement agr
     } else {
       CLI::Option* added = app.add_option(flag, target, help);
       if (shown == Shown::default_value) added->capture_default_str();
+      if constexpr (std::is_floating_point_v<T>) added->check(finite_number());
+      if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) added->check(not_negative());
     }
   };
   option.text = [field](const TrainOptions& options) { return value_text(field(options)); };
@@ -105,6 +135,9 @@ std::vector<TrainOption> make_table() {
       entry("--seed", "Seed of initialisation and batch sampling", DPTRAIN_FIELD(seed), all, saved),
       entry("--skip-nonfinite", "Skip a step whose loss or gradient norm is NaN/Inf", DPTRAIN_FIELD(skip_nonfinite),
             all, saved),
+      // A run whose every step overflows would otherwise skip to the end and exit 0 having learnt nothing.
+      entry("--max-skipped", "With --skip-nonfinite: stop (exit 3) after this many non-finite steps in a row",
+            DPTRAIN_FIELD(max_skipped), all, saved),
       entry("--eval-every", "Validation loss every N steps (0: only at the end)", DPTRAIN_FIELD(eval_every), all,
             saved),
       entry("--eval-windows", "Validation windows per evaluation", DPTRAIN_FIELD(eval_windows), all, saved),

@@ -4,12 +4,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
+#include <thread>
 
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/option_table.hpp"
 
 namespace dptrain {
+
+namespace {
+
+constexpr int kThreadsPerHardwareThread = 4;
+
+}  // namespace
 
 std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool print_help) {
   TrainOptions o;
@@ -53,7 +61,14 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.check_every >= 0, "--check-every must be non-negative, got {}", o.check_every);
   require(o.save_every >= 0, "--save-every must be non-negative, got {}", o.save_every);
   require(o.peak_tflops >= 0, "--peak-tflops must be non-negative, got {}", o.peak_tflops);
-  require(o.threads >= 0, "--threads must be non-negative, got {}", o.threads);
+  require(o.max_skipped >= 1, "--max-skipped must be at least 1, got {}", o.max_skipped);
+  // More threads than a few per hardware thread only slows a rank down, and very many exhaust the stacks OpenMP
+  // reserves (100000 crashed).
+  const int hardware = std::max(1, int(std::thread::hardware_concurrency()));
+  require(o.threads >= 0 && o.threads <= kThreadsPerHardwareThread * hardware,
+          "--threads must be in [0, {}] (0: cores / ranks on the node; at most {} × the {} hardware threads here), "
+          "got {}",
+          kThreadsPerHardwareThread * hardware, kThreadsPerHardwareThread, hardware, o.threads);
   require(o.save_every == 0 || !o.save.empty(), "--save-every {} needs --save DIR", o.save_every);
   require(o.zero >= 0 && o.zero <= 3, "--zero: stage {} does not exist (expected 0, 1, 2 or 3)", o.zero);
   require(o.bucket_mb >= 0 && o.bucket_mb <= 1e6, "--bucket-mb must be in [0, 1e6], got {}", o.bucket_mb);

@@ -12,20 +12,26 @@
 #include <fmt/ranges.h>
 
 #include "dptrain/comm/collective_skew.hpp"
+#include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/train/checkpoint.hpp"
+#include "dptrain/train/memory_estimate.hpp"
 #include "dptrain/train/memory_report.hpp"
 #include "dptrain/train/option_table.hpp"
 #include "dptrain/train/rank_agreement.hpp"
 #include "dptrain/train/schedule.hpp"
 #include "dptrain/train/step_report.hpp"
+#include "dptrain/train/stop_signal.hpp"
 #include "dptrain/train/trace_writer.hpp"
 
 namespace dptrain {
 
 Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
   validate(options_, world_.size());
+  // Before anything large is allocated: a run that cannot fit is refused with the estimate and what is available.
+  require_memory_fits(estimate_run_memory(options_, world_.size()), options_, world_.local_size(),
+                      available_memory_bytes());
   threads_ = options_.threads > 0
                  ? options_.threads
                  : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world_.local_size()));
@@ -57,7 +63,9 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
     engine_->initialise(options_.seed);
   }
   if (!options_.link.empty()) link_ = link_from_spec(options_.link);
-  if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
+  // Only checked here: a fresh run's log is truncated when the steps start (run()), so that bad input found
+  // later in the set-up, on any rank, leaves an existing log as it was.
+  if (!options_.log.empty() && world_.rank() == 0) require_log_writable(options_.log);
   if (!options_.trace.empty() && world_.rank() == 0) {
     // Written at the end: a wrong path must not surface after the whole run.
     const std::filesystem::path directory = std::filesystem::path(options_.trace).parent_path();
@@ -98,6 +106,17 @@ void Trainer::connect() {
 void Trainer::say(const std::string& line) const {
   if (world_.rank() == 0) fmt::print("{}\n", line);
   std::fflush(stdout);
+}
+
+void Trainer::complain(const std::string& line) const {
+  if (world_.rank() == 0) fmt::print(stderr, "{}\n", line);
+  std::fflush(stderr);
+}
+
+std::string Trainer::save(int step) {
+  const std::string where = save_checkpoint(options_.save, *engine_, options_, step, [this] { world_.barrier(); });
+  if (!options_.quiet) say(fmt::format("dptrain | saved checkpoint {}", where));
+  return where;
 }
 
 void Trainer::fill_local_windows(int step) {
@@ -147,6 +166,8 @@ int Trainer::run() {
                        .ranks = world_.size(),
                        .peak_flops = peak_flops_,
                        .overlap = !options_.no_overlap};
+  if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
+  catch_stop_signals();
   if (first_step_ > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step_));
   Timeline& timeline = engine_->timeline();
   timeline.record(!options_.trace.empty());
@@ -154,6 +175,7 @@ int Trainer::run() {
   timeline.reset_origin();  // one origin for every rank's events
 
   RunTotals totals;
+  int skipped_in_a_row = 0;
   // The loop step, not the engine's optimizer step, drives the schedule, the data and the checkpoints' names:
   // a skipped non-finite step takes no update but is a step all the same.
   for (int step = first_step_; step < options_.steps; ++step) {
@@ -168,12 +190,21 @@ int Trainer::run() {
         [&] { split_skew(calls, world_.all_gather(entry_times(calls)), world_.size()); }, "the exchange of entry times");
     const StepComm comm = account_step_comm(calls, result.unit_backward_s, !options_.no_overlap, world_.size(),
                                             link_.link, totals.collectives);
+    // A stop signal on any rank stops every rank after this same step (outside the step's timed region).
+    const int stop_signal = int(world_.max_over_ranks({double(stop_signal_received())})[0]);
     const std::string skipped =
         result.finite ? std::string()
                       : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite", step + 1,
                                     result.loss, result.grad_norm);
-    if (!result.finite && !options_.skip_nonfinite) {
-      say(fmt::format("{}; stopping (use --skip-nonfinite to skip such steps)", skipped));
+    skipped_in_a_row = result.finite ? 0 : skipped_in_a_row + 1;
+    if (!result.finite && (!options_.skip_nonfinite || skipped_in_a_row >= options_.max_skipped)) {
+      // The step took no update: its checkpoint holds the weights of the last finite step, so that the run can
+      // be resumed (with another --lr, say) instead of repeated.
+      if (!options_.save.empty()) save(step + 1);
+      complain(options_.skip_nonfinite
+                   ? fmt::format("{}; stopping after {} consecutive skipped steps (--max-skipped {})", skipped,
+                                 skipped_in_a_row, options_.max_skipped)
+                   : fmt::format("{}; stopping (use --skip-nonfinite to skip such steps)", skipped));
       return kExitNonFinite;
     }
     if (result.finite) totals.add_step(seconds, result, comm);
@@ -190,12 +221,18 @@ int Trainer::run() {
       say(skipped + "; step skipped" + (val_loss ? fmt::format(" | val {:.4f}", *val_loss) : std::string()));
     }
 
-    if (!options_.save.empty() && (last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0))) {
-      const std::string where =
-          save_checkpoint(options_.save, *engine_, options_, step + 1, [this] { world_.barrier(); });
-      if (!options_.quiet) say(fmt::format("dptrain | saved checkpoint {}", where));
-    }
+    const bool save_due = last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0);
+    if (!options_.save.empty() && (save_due || (stop_signal != 0 && !last))) save(step + 1);
     collectives_->log().take();  // evaluation, checks and checkpoints are not part of a step
+    if (stop_signal != 0 && !last) {
+      complain(fmt::format("dptrain: stopped by {} after step {} of {}; {}", stop_signal_name(stop_signal), step + 1,
+                           options_.steps,
+                           options_.save.empty()
+                               ? std::string("nothing saved (no --save)")
+                               : fmt::format("checkpoint saved in '{}' (continue with --resume {})", options_.save,
+                                             options_.save)));
+      return 128 + stop_signal;
+    }
   }
   summarise(shape, totals);
   gather_trace();

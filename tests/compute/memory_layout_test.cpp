@@ -17,6 +17,7 @@
 #include "backend_fixture.hpp"
 #include "dptrain/compute/activation_arena.hpp"
 #include "dptrain/compute/gpt.hpp"
+#include "dptrain/model/activation_memory.hpp"
 #include "gradient_check.hpp"
 
 namespace dptrain {
@@ -72,6 +73,24 @@ TEST_P(MemoryLayout, ArenaOffsetsAreAlignedAndPacked) {
     std::vector<std::uint8_t> back(arena.table()[id].bytes());
     device().download(back.data(), arena.data(id), back.size());
     EXPECT_EQ(back, std::vector<std::uint8_t>(back.size(), std::uint8_t(id + 1))) << arena.table()[id].name;
+  }
+}
+
+// The memory estimate computes the arena's size from the configuration before anything is allocated
+// (model/activation_memory.hpp): it must be the size Gpt's table comes to, to the byte, for odd shapes (tensors
+// not a multiple of the alignment) and several window counts.
+TEST_P(MemoryLayout, ArenaBytesFromTheConfigurationEqualGptsTable) {
+  struct Shape { int vocab, seq, layers, width, heads; std::size_t windows; };
+  for (const Shape s : {Shape{11, 5, 2, 8, 2, 3}, Shape{256, 16, 1, 32, 4, 1}, Shape{50, 7, 3, 12, 3, 5}}) {
+    ModelConfig config;
+    config.vocab = s.vocab, config.seq = s.seq, config.layers = s.layers, config.width = s.width,
+    config.heads = s.heads;
+    const ParameterLayout layout(config);
+    const Gpt gpt(layout, *be, s.windows);
+    EXPECT_EQ(activation_arena_bytes(config, double(s.windows), double(element_size(act())),
+                                      double(element_size(be->gradient_dtype()))),
+              double(gpt.activation_bytes()))
+        << describe(config) << ", " << s.windows << " windows";
   }
 }
 

@@ -24,11 +24,18 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   testing::write_text(dir_ / "empty.txt", "");
   testing::write_text(dir_ / "bad.toml", "layers = 2\nbogus = 3\n");
   testing::write_text(dir_ / "badshard.bin", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
+  testing::write_text(dir_ / "blob.raw", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
+  std::filesystem::create_directories(dir_ / "loop/inner");
+  testing::write_text(dir_ / "loop/inner/a.txt", testing::small_corpus_text());
+  std::filesystem::create_directory_symlink(dir_ / "loop", dir_ / "loop/inner/back");
+  std::filesystem::create_directories(dir_ / "self");
+  testing::write_text(dir_ / "self/a.txt", testing::small_corpus_text());
+  std::filesystem::create_symlink(dir_ / "self/me", dir_ / "self/me");
   const std::vector<BadInput> cases = {
       {"--bogus 1", "were not expected: 1 --bogus"},
-      {"--layers 0", "layers must be in [1, 1024], got 0"},
-      {"--heads 5", "heads must divide width: width 32 is not a multiple of heads 5"},
-      {"--seq 100000", "seq must be in [1, 65536], got 100000"},
+      {"--layers 0", "--layers must be in [1, 1024], got 0"},
+      {"--heads 5", "--heads must divide --width: --width 32 is not a multiple of --heads 5"},
+      {"--seq 100000", "--seq must be in [1, 65536], got 100000"},
       {"--seq 2000", "is longer than the validation split"},
       {"--batch 0", "--batch must be at least 1, got 0"},
       {"--lr -1", "--lr must be in (0, 10), got -1"},
@@ -36,13 +43,29 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--allreduce ring2", "--allreduce: unknown algorithm 'ring2' (expected ring, tree or native)"},
       {"--data " + (dir_ / "missing.txt"), "does not exist"},
       {"--data " + (dir_ / "empty.txt"), "is empty"},
-      {"--data " + (dir_ / "badshard.bin") + " --vocab 256", "text"},  // not a shard: read as text, fine below
+      // Named as a shard, or binary, without the shard magic: a damaged shard, not text.
+      {"--data " + (dir_ / "badshard.bin") + " --vocab 50257",
+       "data file '" + (dir_ / "badshard.bin") + "' is named as a token shard but has no shard header: it starts "
+       "with 67305985 where an llm.c token shard has magic 20240520"},
+      {"--data " + (dir_ / "blob.raw"), "is binary but not a token shard: it starts with 67305985"},
+      {"--data /dev/zero", "data path '/dev/zero' is neither a regular file nor a directory"},
+      {"--data " + (dir_ / "loop"), "is a symbolic link loop (it leads back to"},
+      {"--data " + (dir_ / "self"), "Too many levels of symbolic links"},
+      {"--threads 100000", "--threads must be in [0, "},
+      {"--max-skipped 0", "--max-skipped must be at least 1, got 0"},
+      {"--seed -1", "--seed: must be a non-negative integer, got -1"},
+      {"--weight-decay inf", "--weight-decay: must be a finite number, got inf"},
+      {"--lr nan", "--lr: must be a finite number, got nan"},
+      {"--val-fraction -inf", "--val-fraction: must be a finite number, got -inf"},
+      // Too large for memory: refused with the estimate before anything is allocated.
+      {"--width 65536 --layers 1024 --heads 1", "TiB of memory per rank"},
+      {"--batch 2000000000", "of activations for --batch 2000000000"},
+      {"--eval-windows 2000000000", "of token windows with --eval-windows 2000000000"},
       {"--config " + (dir_ / "bad.toml"), "--config: INI was not able to parse bogus"},
       {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
       {"--trace " + (dir_ / "nowhere/trace.json"), "--trace: the directory of"},
   };
   for (const auto& c : cases) {
-    if (c.message == "text") continue;  // a file without the magic is text by definition
     const auto r = run_command(dptrain(c.flags));
     EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.flags << "\n" << r.output;
@@ -55,6 +78,33 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   const auto r = run_command(dptrain("--data " + (dir_ / "trunc.bin")));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("header says 16 tokens (32 bytes), body has 6 bytes"), std::string::npos) << r.output;
+}
+
+// The memory refusal names the estimate and what is available, in binary units.
+TEST_F(DptrainProgram, ARunTooLargeForMemoryIsRefusedWithTheEstimate) {
+  const auto r = run_command(dptrain("--width 65536 --layers 1024 --heads 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  // 1024 × (12 × 65536² + 13 × 65536) + … parameters at 16 + 8 bytes each: 1.2 PiB, printed in TiB.
+  EXPECT_NE(r.output.find("for 5.278e+13 parameters at --zero 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" TiB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" is available: use a smaller model"), std::string::npos) << r.output;
+}
+
+// Bad input found after the log was named (here: the checkpoint to resume from) leaves an existing log as it was.
+TEST_F(DptrainProgram, BadInputLeavesAnExistingLogUntouched) {
+  const std::string before = "{\"step\": 1, \"loss\": 5.5}\n";
+  testing::write_text(dir_ / "kept.jsonl", before);
+  for (const std::string& flags : std::vector<std::string>{"--resume " + (dir_ / "nothing"), "--threads 100000"}) {
+    const auto r = run_command(dptrain(flags + " --log " + (dir_ / "kept.jsonl")));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(testing::file_bytes(dir_ / "kept.jsonl"), before) << flags;
+  }
+  // A good run truncates it (a fresh run's log starts empty) and writes its steps.
+  ASSERT_EQ(run_command(dptrain("--steps 1 --log " + (dir_ / "kept.jsonl"))).exit_code, 0);
+  const auto records = testing::read_jsonl(dir_ / "kept.jsonl");
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0]["step"], 1);
+  EXPECT_NE(records[0]["loss"].get<double>(), 5.5);
 }
 
 TEST_F(DptrainProgram, StepLinesAndJsonlRecords) {

@@ -91,5 +91,61 @@ TEST_F(SkipNonFinite, CheckpointsCountLoopStepsAndResumeBitwise) {
   }
 }
 
+// The steps before the first non-finite one, from a run's log.
+int finite_steps_before_overflow(const std::string& log) {
+  int taken = 0;
+  for (const auto& record : testing::read_jsonl(log))
+    if (!record.contains("event")) ++taken;
+  return taken;
+}
+
+// --max-skipped K: K non-finite steps in a row end the run with exit 3, one line on stderr, and a checkpoint of the
+// step reached (the updates taken are the finite steps') instead of skipping to the end and exiting 0.
+TEST_F(SkipNonFinite, MaxSkippedStopsWithExit3AndACheckpoint) {
+  const std::string log = dir_ / "max.jsonl", err = dir_ / "max.err";
+  const auto r = run_command("(" + dptrain("--max-skipped 2 --save " + (dir_ / "max") + " --log " + log) + " 2>" +
+                             err + ")");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  const int taken = finite_steps_before_overflow(log);
+  ASSERT_GE(taken, 1);
+  ASSERT_LE(taken, 3);
+  const int stop = taken + 2;
+  const std::string line = fmt::format("dptrain: step {}: loss ", stop);
+  const std::string errors = testing::file_bytes(err);
+  EXPECT_NE(errors.find(line), std::string::npos) << errors;
+  EXPECT_NE(errors.find("are not finite; stopping after 2 consecutive skipped steps (--max-skipped 2)\n"),
+            std::string::npos)
+      << errors;
+  EXPECT_EQ(r.output.find("stopping after"), std::string::npos) << "on stdout:\n" << r.output;
+  const std::string checkpoint = dir_ / fmt::format("max/step-{:06d}", stop);
+  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << r.output;
+  EXPECT_EQ(meta(checkpoint)["step"], stop);
+  EXPECT_EQ(meta(checkpoint)["optimizer_step"], taken);
+  EXPECT_EQ(testing::file_bytes(dir_ / "max/latest"), fmt::format("step-{:06d}\n", stop));
+}
+
+// Without --skip-nonfinite the first non-finite step stops the run (exit 3, on stderr) and is saved all the same.
+class StopOnNonFinite : public testing::TinyRunTest {
+ protected:
+  StopOnNonFinite() : TinyRunTest("nonfinite-stop", "--weight-decay 1e10 --eval-every 0 --peak-tflops 1 --steps 8 ") {}
+};
+
+TEST_F(StopOnNonFinite, FirstNonFiniteStepStopsWithExit3AndACheckpoint) {
+  const std::string log = dir_ / "stop.jsonl", err = dir_ / "stop.err";
+  const auto r =
+      run_command("(" + dptrain("--save " + (dir_ / "stop") + " --log " + log) + " 2>" + err + ")");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  const int taken = finite_steps_before_overflow(log);
+  ASSERT_GE(taken, 1);
+  const std::string errors = testing::file_bytes(err);
+  EXPECT_NE(errors.find(fmt::format("dptrain: step {}: loss ", taken + 1)), std::string::npos) << errors;
+  EXPECT_NE(errors.find("are not finite; stopping (use --skip-nonfinite to skip such steps)\n"), std::string::npos)
+      << errors;
+  const std::string checkpoint = dir_ / fmt::format("stop/step-{:06d}", taken + 1);
+  ASSERT_TRUE(std::filesystem::exists(checkpoint)) << r.output;
+  const auto m = nlohmann::json::parse(testing::file_bytes(checkpoint + "/meta.json"));
+  EXPECT_EQ(m["optimizer_step"], taken);
+}
+
 }  // namespace
 }  // namespace dptrain

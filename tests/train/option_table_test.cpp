@@ -31,7 +31,7 @@ const std::map<std::string, Sample>& samples() {
       {"--batch", {"24", "24"}},            {"--lr", {"2.5e-3", "0.0025"}},
       {"--min-lr", {"1e-5", "1e-05"}},      {"--warmup", {"7", "7"}},
       {"--weight-decay", {"0.05", "0.05"}}, {"--grad-clip", {"0.5", "0.5"}},
-      {"--seed", {"42", "42"}},             {"--skip-nonfinite", {"", "true"}},
+      {"--seed", {"42", "42"}},             {"--skip-nonfinite", {"", "true"}}, {"--max-skipped", {"4", "4"}},
       {"--eval-every", {"9", "9"}},         {"--eval-windows", {"5", "5"}},
       {"--allreduce", {"tree", "tree"}},    {"--grad-dtype", {"fp32", "fp32"}},
       {"--check-every", {"3", "3"}},        {"--zero", {"2", "2"}},
@@ -120,7 +120,7 @@ TEST(OptionTable, CheckpointSectionHoldsTheTrainingSettings) {
   const nlohmann::json expected = {
       {"val_fraction", 0.1}, {"steps", 200},        {"batch", 16},         {"lr", 0.002},
       {"min_lr", 1e-4},      {"warmup", 20},        {"weight_decay", 0.1}, {"grad_clip", 1.0},
-      {"seed", 1337},        {"skip_nonfinite", true}, {"eval_every", 50}, {"eval_windows", 32},
+      {"seed", 1337},        {"skip_nonfinite", true}, {"max_skipped", 10}, {"eval_every", 50}, {"eval_windows", 32},
       {"allreduce", "ring"}, {"grad_dtype", "fp32"}, {"zero", 0},          {"bucket_mb", 25.0},
       {"no_overlap", false}, {"grad_accum", 1}};
   EXPECT_EQ(section, expected) << section.dump();

@@ -16,7 +16,7 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-// Throws UserError naming the offending value (zero layers, heads not dividing H, ...).
+// Throws UserError naming the offending flag and value (zero --layers, --heads not dividing --width, ...).
 void validate(const ModelConfig& config);
 
 // Exact number of parameters N (embeddings included; the LM head is tied to the token embedding).

@@ -18,4 +18,7 @@ class MetricsLog {
   std::ofstream out_;
 };
 
+// Throws UserError when `path` cannot be opened for writing; leaves an existing file's contents as they are.
+void require_log_writable(const std::string& path);
+
 }  // namespace dptrain

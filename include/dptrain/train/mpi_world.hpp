@@ -53,6 +53,9 @@ class MpiWorld {
 
 // Why a thread level the MPI library provided is not enough (nullopt for MPI_THREAD_MULTIPLE): one line naming
 // the level granted and the one needed.
+// The line a std::bad_alloc becomes (exit kExitBadInput): the run asked for more memory than the host has.
+std::string out_of_memory_message();
+
 std::optional<std::string> thread_support_problem(int provided);
 
 }  // namespace dptrain

@@ -25,6 +25,7 @@ struct TrainOptions {
   double grad_clip = 1.0;     // global-norm clipping; 0 disables
   std::uint64_t seed = 1337;
   bool skip_nonfinite = false;
+  int max_skipped = 10;       // with skip_nonfinite: stop after this many non-finite steps in a row
 
   int eval_every = 50;        // 0: only at the end
   int eval_windows = 32;      // validation windows per evaluation

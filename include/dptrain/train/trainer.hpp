@@ -32,8 +32,10 @@ class Trainer {
   // values), then opens the transport and the collectives.
   void connect();
 
-  // Runs the remaining steps. Returns the exit code (0, or kExitNonFinite when a step was not finite and
-  // --skip-nonfinite was not given). A skipped step still counts as a loop step: it advances the schedule and
+  // Runs the remaining steps. Returns the exit code: 0; kExitNonFinite when a step was not finite and
+  // --skip-nonfinite was not given, or --max-skipped steps in a row were skipped (a checkpoint of that step is
+  // saved first with --save); 128 + the signal after SIGTERM or SIGINT (stop_signal.hpp: the step finishes, every
+  // rank stops after the same step and a checkpoint is saved with --save). A skipped step still counts as a loop step: it advances the schedule and
   // the data, and evaluations, checks and checkpoints due after it happen.
   int run();
 
@@ -41,7 +43,9 @@ class Trainer {
   double evaluate();
   void check_weights_agree(int step);
   void fill_local_windows(int step);
-  void say(const std::string& line) const;  // rank 0 prints
+  void say(const std::string& line) const;       // rank 0 prints
+  void complain(const std::string& line) const;  // rank 0 prints to stderr: why the run stops early
+  std::string save(int step);                     // collective: a checkpoint of loop step `step`; its folder
   void summarise(const RunShape& run, const RunTotals& totals);  // collective (memory maximum over ranks)
   void gather_trace();                                           // collective when --trace
 

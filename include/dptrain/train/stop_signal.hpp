@@ -1,0 +1,17 @@
+// SIGTERM and SIGINT as a request to stop: the handler only records the signal, and the training loop, which
+// checks it once per step, finishes the step, saves a checkpoint and exits with 128 + the signal's number.
+// (Schedulers send SIGTERM some time before they kill a job; Ctrl-C sends SIGINT.)
+#pragma once
+
+namespace dptrain {
+
+// Installs the handlers for SIGTERM and SIGINT (idempotent).
+void catch_stop_signals();
+
+// The number of the last stop signal received, or 0.
+int stop_signal_received();
+
+// "SIGTERM", "SIGINT", or "a signal".
+const char* stop_signal_name(int signal);
+
+}  // namespace dptrain

@@ -1,0 +1,143 @@
+// SIGTERM and SIGINT end to end: the step in progress finishes, a checkpoint of it is saved, the exit code is
+// 128 + the signal (what mpirun reports is checked separately), and the run resumes from that checkpoint.
+// Every process is started and signalled by its PID, and every wait is bounded.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "test_support.hpp"
+
+namespace dptrain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::run_command;
+
+// A process started through `sh -c exec ...` (so the PID is the command's own) with its output in a file.
+class Spawned {
+ public:
+  Spawned(const std::string& command, const std::string& output) : output_(output) {
+    const std::string line = "exec " + command + " > " + output + " 2>&1";
+    const char* argv[] = {"/bin/sh", "-c", line.c_str(), nullptr};
+    EXPECT_EQ(posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0) << line;
+  }
+  ~Spawned() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Waits until the output matches `pattern`; returns the first match's group 1, or "" after `limit`.
+  std::string wait_for(const std::string& pattern, std::chrono::seconds limit) const {
+    const std::regex re(pattern);
+    for (const auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+      std::smatch match;
+      const std::string text = output();
+      if (std::regex_search(text, match, re)) return match.size() > 1 ? match[1].str() : match[0].str();
+      std::this_thread::sleep_for(50ms);
+    }
+    return {};
+  }
+  void signal(int number) const { ::kill(pid_, number); }
+  // The exit status, or -1 when the process did not exit within `limit` (or was killed by a signal).
+  int wait_exit(std::chrono::seconds limit) {
+    for (const auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return -1;
+  }
+  std::string output() const { return std::filesystem::exists(output_) ? testing::file_bytes(output_) : ""; }
+
+ private:
+  std::string output_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+};
+
+class StopSignal : public testing::TinyRunTest {
+ protected:
+  StopSignal() : TinyRunTest("signal", "--eval-every 0 --check-every 0 --peak-tflops 1 ") {}
+
+  // Starts `command`, signals it once a step has been reported, and checks the stop: the exit code, the line
+  // and a checkpoint of the step reached. Returns that step.
+  int stop_after_a_step(const std::string& command, int signal, int expected_exit, const std::string& name) {
+    Spawned run(command, dir_ / (name + ".out"));
+    const std::string started = run.wait_for(R"(step (\d+)/100000 )", 120s);
+    EXPECT_FALSE(started.empty()) << run.output();
+    if (started.empty()) return -1;
+    run.signal(signal);
+    EXPECT_EQ(run.wait_exit(60s), expected_exit) << run.output();
+    const std::string output = run.output();
+    std::smatch match;
+    const std::regex stopped(fmt::format(R"(dptrain: stopped by {} after step (\d+) of 100000; checkpoint saved in)",
+                                         signal == SIGTERM ? "SIGTERM" : "SIGINT"));
+    EXPECT_TRUE(std::regex_search(output, match, stopped)) << output;
+    if (match.empty()) return -1;
+    const int step = std::stoi(match[1].str());
+    EXPECT_GE(step, std::stoi(started));
+    EXPECT_EQ(testing::file_bytes(dir_ / (name + "/latest")), fmt::format("step-{:06d}\n", step)) << output;
+    EXPECT_TRUE(std::filesystem::exists(dir_ / fmt::format("{}/step-{:06d}/model.safetensors", name, step)));
+    return step;
+  }
+};
+
+TEST_F(StopSignal, SigtermFinishesTheStepSavesAndExits143ThenResumes) {
+  const int step = stop_after_a_step(dptrain("--steps 100000 --save " + (dir_ / "term")), SIGTERM, 128 + SIGTERM,
+                                     "term");
+  ASSERT_GT(step, 0);
+  // Resumed, the run continues at the next step (the checkpoint's step count and --steps agree).
+  const auto resumed = run_command(dptrain(fmt::format("--steps {} --resume {}", step + 2, dir_ / "term")));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(fmt::format("resumed from '{}' at step {}", dir_ / "term", step)), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find(fmt::format("step {}/{} ", step + 2, step + 2)), std::string::npos) << resumed.output;
+}
+
+TEST_F(StopSignal, SigintExits130WithACheckpoint) {
+  EXPECT_GT(stop_after_a_step(dptrain("--steps 100000 --save " + (dir_ / "int")), SIGINT, 128 + SIGINT, "int"), 0);
+}
+
+TEST_F(StopSignal, WithoutSaveTheLineSaysNothingWasSaved) {
+  Spawned run(dptrain("--steps 100000"), dir_ / "nosave.out");
+  ASSERT_FALSE(run.wait_for(R"(step (\d+)/100000 )", 120s).empty()) << run.output();
+  run.signal(SIGTERM);
+  EXPECT_EQ(run.wait_exit(60s), 128 + SIGTERM) << run.output();
+  EXPECT_TRUE(std::regex_search(run.output(), std::regex(R"(dptrain: stopped by SIGTERM after step \d+ of 100000; )"
+                                                         R"(nothing saved \(no --save\))")))
+      << run.output();
+}
+
+// Open MPI's mpirun (4.1) forwards SIGTERM to the ranks after odls_base_sigkill_timeout seconds and kills them
+// that long again later; it then exits 1 whatever the ranks returned. The ranks have the timeout to finish the
+// step and save (10 s here; the default is 1 s, which a tiny model's step and save fit in as well).
+TEST_F(StopSignal, SigtermToMpirunStopsBothRanksAtOneStepWithACheckpoint) {
+  const std::string command = "env OMPI_MCA_odls_base_sigkill_timeout=10 " + testing::mpiexec(2, 300) + " " +
+                              dptrain("--steps 100000 --batch 8 --save " + (dir_ / "mpi"));
+  // `timeout` would take the signal in mpirun's place: signal mpirun itself.
+  const std::string bare = command.substr(0, command.find("timeout ")) + command.substr(command.find(MPIEXEC));
+  const int step = stop_after_a_step(bare, SIGTERM, 1, "mpi");
+  ASSERT_GT(step, 0);
+  // Both ranks wrote their shard of the same step.
+  const auto resumed = run_command(testing::mpiexec(2) + " " +
+                                   dptrain(fmt::format("--steps {} --batch 8 --resume {}", step + 1, dir_ / "mpi")));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(fmt::format("resumed from '{}' at step {}", dir_ / "mpi", step)), std::string::npos)
+      << resumed.output;
+}
+
+}  // namespace
+}  // namespace dptrain
