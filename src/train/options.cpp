@@ -55,6 +55,8 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.peak_tflops >= 0, "--peak-tflops must be non-negative, got {}", o.peak_tflops);
   require(o.threads >= 0, "--threads must be non-negative, got {}", o.threads);
   require(o.save_every == 0 || !o.save.empty(), "--save-every {} needs --save DIR", o.save_every);
+  require(o.keep_last >= 0, "--keep-last must be non-negative (0: keep every checkpoint), got {}", o.keep_last);
+  require(o.keep_last == 0 || !o.save.empty(), "--keep-last {} needs --save DIR", o.keep_last);
   require(o.zero >= 0 && o.zero <= 3, "--zero: stage {} does not exist (expected 0, 1, 2 or 3)", o.zero);
   require(o.bucket_mb >= 0 && o.bucket_mb <= 1e6, "--bucket-mb must be in [0, 1e6], got {}", o.bucket_mb);
   require(o.grad_accum >= 1, "--grad-accum must be at least 1, got {}", o.grad_accum);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dptrain/core/atomic_file.hpp"
+#include "dptrain/core/checksum.hpp"
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
@@ -24,8 +25,8 @@ std::size_t dtype_size(const std::string& dtype) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::uint64_t write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::size_t offset = 0;
@@ -42,12 +43,18 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   bytes.append(json);
   for (const auto& t : tensors) bytes.append(static_cast<const char*>(t.data), t.bytes);
   write_file_atomically(path, bytes);
+  return xxh64(bytes);
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
+std::string read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   require(bool(in), "cannot open checkpoint file '{}'", path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+SafetensorsFile read_safetensors(const std::string& path) { return parse_safetensors(path, read_file_bytes(path)); }
+
+SafetensorsFile parse_safetensors(const std::string& path, std::string_view bytes) {
   require(bytes.size() >= 8, "checkpoint file '{}' is truncated ({} bytes)", path, bytes.size());
   std::uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), 8);
@@ -56,6 +63,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.substr(8, header_size));
+    require(header.is_object(), "checkpoint file '{}' has a damaged header: a JSON {}, expected an object", path,
+            header.type_name());
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint file '{}' has a damaged header: {}", path, e.what());
   }

@@ -14,6 +14,7 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/train/checkpoint.hpp"
+#include "dptrain/train/checkpoint_directory.hpp"
 #include "dptrain/train/memory_report.hpp"
 #include "dptrain/train/option_table.hpp"
 #include "dptrain/train/rank_agreement.hpp"
@@ -53,6 +54,9 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   } else {
     engine_->initialise(options_.seed);
   }
+  // Before step 1: an unwritable, full or already used --save must not surface at the first save.
+  if (!options_.save.empty() && world_.rank() == 0)
+    prepare_save_directory(options_, engine_->layout().total(), engine_->layout().entries().size() + 3);
   if (!options_.link.empty()) link_ = link_from_spec(options_.link);
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
   if (!options_.trace.empty() && world_.rank() == 0) {
@@ -151,6 +155,7 @@ int Trainer::run() {
   timeline.reset_origin();  // one origin for every rank's events
 
   RunTotals totals;
+  bool saved = false;
   // The loop step, not the engine's optimizer step, drives the schedule, the data and the checkpoints' names:
   // a skipped non-finite step takes no update but is a step all the same.
   for (int step = first_step_; step < options_.steps; ++step) {
@@ -185,8 +190,12 @@ int Trainer::run() {
     }
 
     if (!options_.save.empty() && (last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0))) {
-      const std::string where =
-          save_checkpoint(options_.save, *engine_, options_, step + 1, [this] { world_.barrier(); });
+      const std::string where = save_checkpoint(
+          options_.save, *engine_, options_, step + 1,
+          {.barrier = [this] { world_.barrier(); },
+           .gather_to_first = [this](const std::string& text) { return world_.gather_to_first(text); }},
+          !saved);
+      saved = true;
       if (!options_.quiet) say(fmt::format("dptrain | saved checkpoint {}", where));
     }
     collectives_->log().take();  // evaluation, checks and checkpoints are not part of a step
