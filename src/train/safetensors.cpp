@@ -23,6 +23,22 @@ std::size_t dtype_size(const std::string& dtype) {
   return 0;
 }
 
+// A list of non-negative integers; JSON floats are refused here because converting one out of range to
+// std::size_t (what nlohmann's get<> would do) is undefined behaviour.
+std::vector<std::size_t> sizes(const std::string& path, const std::string& tensor, const char* key,
+                               const nlohmann::json& value) {
+  std::vector<std::size_t> out;
+  require(value.is_array(), "checkpoint file '{}' has a damaged header: tensor '{}': '{}' is not a list", path,
+          tensor, key);
+  for (const auto& v : value) {
+    require(v.is_number_unsigned(),
+            "checkpoint file '{}' has a damaged header: tensor '{}': '{}' holds {}, expected non-negative integers",
+            path, tensor, key, v.dump());
+    out.push_back(v.get<std::size_t>());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::uint64_t write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
@@ -78,8 +94,8 @@ SafetensorsFile parse_safetensors(const std::string& path, std::string_view byte
       }
       TensorRead t;
       t.dtype = value.at("dtype").get<std::string>();
-      t.shape = value.at("shape").get<std::vector<std::size_t>>();
-      const auto offsets = value.at("data_offsets").get<std::vector<std::size_t>>();
+      t.shape = sizes(path, name, "shape", value.at("shape"));
+      const auto offsets = sizes(path, name, "data_offsets", value.at("data_offsets"));
       std::size_t numel = 1;
       for (auto d : t.shape) numel *= d;
       require(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size &&
