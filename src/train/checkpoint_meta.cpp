@@ -64,7 +64,8 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
   CheckpointMeta meta;
   try {
     meta.json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // Not only parse_error: a number beyond double's range ("7E8000") is an out_of_range error (found by fuzzing).
     // e.what() starts with the library's "[json.exception.parse_error.101] " tag: the rest is the reason.
     std::string reason = e.what();
     if (const auto end = reason.find("] "); reason.starts_with("[json.exception") && end != std::string::npos)

@@ -11,6 +11,7 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/checkpoint.hpp"
 #include "dptrain/train/checkpoint_directory.hpp"
+#include "dptrain/train/checkpoint_meta.hpp"
 #include "dptrain/train/safetensors.hpp"
 #include "test_support.hpp"
 
@@ -232,6 +233,15 @@ TEST_F(CheckpointIntegrity, DamagedMetaJsonNamesTheCheckpointAndTheKey) {
   EXPECT_EQ(refusal([&] { load(); }).substr(0, prefix.size() + 19), prefix + "not valid JSON (par");
   write_text(step + "/meta.json", good);
   EXPECT_EQ(load().step, 1);
+}
+
+// Regression of scripts/fuzz-checkpoint.sh's finding: a number too large for a double is the JSON library's
+// out_of_range error, not a parse_error, and escaped the reader (exit 1 with the library's bare message).
+TEST(CheckpointMeta, ANumberBeyondDoubleIsRefusedAsInvalidJson) {
+  for (const char* text : {"7E8000", "{\"step\": 1e999}"}) {
+    const std::string message = refusal([&] { parse_checkpoint_meta("d/step-000001", text); });
+    EXPECT_EQ(message.substr(0, 60), "checkpoint 'd/step-000001': meta.json: not valid JSON (numbe") << message;
+  }
 }
 
 TEST(CheckpointDirectory, StaleTemporariesAndPruning) {
