@@ -170,18 +170,21 @@ void prepare_save_directory(const TrainOptions& options, std::size_t parameters,
          "continue from them, or another --save directory",
          options.save, latest, options.save);
   }
-  fs::create_directories(root, ec);
-  require(!ec, "--save: cannot create '{}': {}", options.save, ec.message());
+  // Nothing is created at set-up (the ranks have not yet agreed on --save): the probe goes into the nearest
+  // directory that exists, where the save will create the rest.
+  fs::path existing = root;
+  while (!fs::exists(existing) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
   // Writable: a probe file, created and removed (read-only filesystems, directories without write permission).
-  const fs::path probe = root / fmt::format(".dptrain-write-probe.{}", ::getpid());
+  const fs::path probe = existing / fmt::format(".dptrain-write-probe.{}", ::getpid());
   {
     std::ofstream out(probe);
-    require(bool(out << "probe") && bool(out.flush()), "--save: cannot write in '{}': {}", options.save,
+    require(bool(out << "probe") && bool(out.flush()), "--save: cannot write in '{}': {}", existing.string(),
             std::strerror(errno));
   }
   fs::remove(probe, ec);
-  remove_stale_temporaries(root.string());
-  require_free_space(root.string(), checkpoint_bytes(parameters, tensors));
+  if (fs::is_directory(root)) remove_stale_temporaries(root.string());
+  require_free_space(existing.string(), checkpoint_bytes(parameters, tensors));
 }
 
 }  // namespace dptrain

@@ -279,9 +279,9 @@ TEST(CheckpointDirectory, SaveIsCheckedAtSetUp) {
                         dir / "file", options.save));
 
   options.save = dir / "ckpt";
-  prepare_save_directory(options, 1000, 10);  // created, empty
-  EXPECT_TRUE(fs::is_directory(options.save));
-  EXPECT_EQ(std::distance(fs::directory_iterator(options.save), {}), 0);
+  prepare_save_directory(options, 1000, 10);  // nothing created before the ranks agree on --save
+  EXPECT_FALSE(fs::exists(options.save));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), {}), 1);
   fs::create_directories(dir / "ckpt/step-000005");
   write_text(dir / "ckpt/latest", "step-000005\n");
   const std::string refused = fmt::format(
