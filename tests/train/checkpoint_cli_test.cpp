@@ -106,8 +106,9 @@ TEST_F(CheckpointRuns, ARunKilledWhileSavingResumes) {
   const std::string named = save + "/" + latest.substr(0, latest.size() - 1);
   for (const char* file : {"meta.json", "model.safetensors", "optimizer.safetensors"})
     EXPECT_TRUE(fs::exists(named + "/" + file)) << named << " " << file;
+  // step-000003 appears at its rename, before `latest` switches to it: a kill in between leaves step 2.
   const int at = meta(named)["step"].get<int>();
-  EXPECT_GE(at, 3);
+  EXPECT_GE(at, 2);
   const auto resumed = run_command(dptrain(fmt::format("--steps {} --resume {} --save {}", at + 2, save, save)));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find(fmt::format("resumed from '{}' at step {}", save, at)), std::string::npos)
