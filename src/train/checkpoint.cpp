@@ -1,13 +1,18 @@
-// Saving and restoring the training state as safetensors plus JSON metadata.
+// Saving and restoring the training state as safetensors plus JSON metadata; a load verifies every file's
+// checksum, the shards' tiling of the flat buffer and that every value is finite before the run uses any of it.
 #include "dptrain/train/checkpoint.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
 
 #include "dptrain/core/atomic_file.hpp"
+#include "dptrain/core/checksum.hpp"
 #include "dptrain/core/error.hpp"
+#include "dptrain/train/checkpoint_directory.hpp"
+#include "dptrain/train/checkpoint_meta.hpp"
 #include "dptrain/train/option_table.hpp"
 #include "dptrain/train/safetensors.hpp"
 
@@ -16,16 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = "dptrain-checkpoint-1";
-
 nlohmann::json model_json(const ModelConfig& m) {
   return {{"vocab", m.vocab}, {"seq", m.seq}, {"layers", m.layers}, {"width", m.width}, {"heads", m.heads}};
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  require(bool(in), "cannot read '{}'", path.string());
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 template <typename T>
@@ -39,14 +36,78 @@ const TensorRead& expect_tensor(const SafetensorsFile& file, const std::string& 
   return it->second;
 }
 
+// The file's bytes, checked against meta.json's checksum when it records one, then parsed.
+SafetensorsFile read_verified(const std::string& path, const std::string& file_name, const CheckpointMeta& meta) {
+  const std::string bytes = read_file_bytes(path);
+  if (auto it = meta.checksums.find(file_name); it != meta.checksums.end()) {
+    const std::uint64_t actual = xxh64(bytes);
+    require(actual == it->second,
+            "checkpoint file '{}' is damaged: xxh64 {:016x}, expected {:016x} (recorded in meta.json when it was "
+            "written)",
+            path, actual, it->second);
+  }
+  return parse_safetensors(path, bytes);
+}
+
+// A NaN or Inf in a checkpoint would poison every later step: refused with the first offending element.
+void require_finite(const std::string& path, const std::string& tensor, const TensorRead& t) {
+  const std::size_t n = t.data.size() / (t.dtype == "BF16" ? 2 : 4);
+  for (std::size_t i = 0; i < n; ++i) {
+    float value = 0;
+    if (t.dtype == "BF16") {
+      bf16 x;
+      std::memcpy(&x.bits, t.data.data() + 2 * i, 2);
+      value = to_float(x);
+    } else {
+      std::memcpy(&value, t.data.data() + 4 * i, 4);
+    }
+    require(std::isfinite(value),
+            "checkpoint file '{}': tensor '{}' holds {} at element {}; a checkpoint must hold finite values", path,
+            tensor, value, i);
+  }
+}
+
+// One range of the flat buffer and the shard holding it.
+struct HeldRange {
+  std::size_t begin, end;
+  std::string file;
+};
+
+// The shards together must hold every element of [0, total) exactly once: a duplicated or missing shard would
+// otherwise restore some elements twice (the last copy winning) or leave others at their initial values.
+void require_exact_tiling(const std::string& step_dir, std::vector<HeldRange> held, std::size_t total) {
+  std::sort(held.begin(), held.end(), [](const HeldRange& a, const HeldRange& b) { return a.begin < b.begin; });
+  std::size_t covered = 0;
+  const HeldRange* previous = nullptr;
+  for (const HeldRange& r : held) {
+    if (r.begin == r.end) continue;
+    require(r.begin >= covered,
+            "checkpoint '{}': optimizer shards '{}' and '{}' both hold elements [{}, {}) of the {} parameters; the "
+            "shards must cover [0, {}) exactly once",
+            step_dir, previous ? previous->file : r.file, r.file, r.begin, std::min(covered, r.end), total, total);
+    require(r.begin == covered,
+            "checkpoint '{}': no optimizer shard holds elements [{}, {}) of the {} parameters; the shards must "
+            "cover [0, {}) exactly once",
+            step_dir, covered, r.begin, total, total);
+    covered = r.end;
+    previous = &r;
+  }
+  require(covered == total,
+          "checkpoint '{}': no optimizer shard holds elements [{}, {}) of the {} parameters; the shards must cover "
+          "[0, {}) exactly once",
+          step_dir, covered, total, total, total);
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options,
-                            int step, const std::function<void()>& barrier) {
+                            int step, const CheckpointRanks& ranks_of_run, bool first_save,
+                            const std::function<void(PublishPoint)>& hook) {
   const int rank = engine.rank(), ranks = engine.ranks();
   const bool sharded = engine.settings().zero_stage > 0 && ranks > 1;
   const std::string name = fmt::format("step-{:06d}", step);
-  const fs::path root(dir), final_dir = root / name, temporary = root / ("." + name + ".tmp");
+  // The temporary name matches the pattern remove_stale_temporaries() looks for, and only that.
+  const fs::path root(dir), temporary = root / ("." + name + ".tmp");
   const std::vector<bf16> weights = engine.full_weights();  // [N]
   std::error_code ec;
   if (rank == 0) {
@@ -56,12 +117,13 @@ std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, 
     fs::create_directories(temporary, ec);
     require(!ec, "cannot create '{}': {}", temporary.string(), ec.message());
   }
-  barrier();
+  ranks_of_run.barrier();
 
   std::vector<std::string> shards;
   for (int r = 0; r < (sharded ? ranks : 1); ++r)
     shards.push_back(sharded ? fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", r, ranks)
                              : std::string("optimizer.safetensors"));
+  std::string my_checksum;  // "file xxh64:..." of the shard this rank wrote, or empty
   if (sharded || rank == 0) {
     // The owned elements without the padding, piece after piece.
     std::vector<float> master, m, v;
@@ -75,20 +137,29 @@ std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, 
                    from->begin() + std::ptrdiff_t(piece.at + piece.flat.size()));
     }
     const std::size_t n = master.size();
-    write_safetensors((temporary / shards[sharded ? rank : 0]).string(),
-                      {{"master", "F32", {n}, master.data(), n * 4},
-                       {"adam_m", "F32", {n}, m.data(), n * 4},
-                       {"adam_v", "F32", {n}, v.data(), n * 4}},
-                      {{"ranges", ranges.dump()}});
+    const std::string& shard = shards[sharded ? rank : 0];
+    const std::uint64_t hash = write_safetensors((temporary / shard).string(),
+                                                 {{"master", "F32", {n}, master.data(), n * 4},
+                                                  {"adam_m", "F32", {n}, m.data(), n * 4},
+                                                  {"adam_v", "F32", {n}, v.data(), n * 4}},
+                                                 {{"ranges", ranges.dump()}});
+    my_checksum = shard + " " + checksum_text(hash);
   }
+  // Collective: rank 0 learns every shard's checksum, and every shard is written once it has them.
+  const std::vector<std::string> shard_checksums = ranks_of_run.gather_to_first(my_checksum);
   if (rank == 0) {
     const ParameterLayout& layout = engine.layout();
     std::vector<TensorToWrite> tensors;
     for (const auto& e : layout.entries())
       tensors.push_back({e.name, "BF16", e.shape, weights.data() + e.offset, e.numel * sizeof(bf16)});
-    write_safetensors((temporary / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    nlohmann::json checksums = {
+        {"model.safetensors",
+         checksum_text(write_safetensors((temporary / "model.safetensors").string(), tensors, {{"format", "pt"}}))}};
+    for (const std::string& entry : shard_checksums)
+      if (const auto space = entry.find(' '); space != std::string::npos)
+        checksums[entry.substr(0, space)] = entry.substr(space + 1);
     nlohmann::json meta = {
-        {"format", kFormat},
+        {"format", kCheckpointFormat},
         {"step", step},
         {"optimizer_step", engine.optimizer_step()},
         {"model", model_json(layout.config())},
@@ -96,74 +167,58 @@ std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, 
         {"training", checkpoint_training_section(options)},
         {"parallel", {{"ranks", ranks}, {"zero", engine.settings().zero_stage}}},
         {"optimizer_shards", shards},
+        {"checksums", checksums},
         // Batches are a pure function of (seed, step): the data position and the RNG state are both this pair.
         {"data", {{"path", options.data}, {"next_step", step}}},
         {"rng", {{"seed", options.seed}, {"step", step}}},
     };
     write_file_atomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
   }
-  barrier();
+  ranks_of_run.barrier();
+  std::string published = name;
   if (rank == 0) {
-    fs::remove_all(final_dir, ec);
-    fs::rename(temporary, final_dir, ec);
-    require(!ec, "cannot move checkpoint into place at '{}': {}", final_dir.string(), ec.message());
-    write_file_atomically((root / "latest").string(), name + "\n");
+    published = publish_step(dir, temporary.string(), name, hook);
+    // An --overwrite run replaces the earlier run's checkpoints once its own first one is in place.
+    if (first_save && options.overwrite && !continues_in_place(options)) remove_other_steps(dir, published);
+    prune_steps(dir, options.keep_last);
   }
-  barrier();
-  return final_dir.string();
+  ranks_of_run.barrier();
+  return (root / published).string();
 }
 
 ResumePoint load_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options) {
-  const fs::path root(dir);
-  require(fs::is_directory(root), "--resume: '{}' is not a checkpoint directory", dir);
-  require(fs::exists(root / "latest"), "--resume: '{}' has no 'latest' file: no checkpoint was completed there",
-          dir);
-  std::string name = read_text(root / "latest");
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  const fs::path step_dir = root / name;
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(read_text(step_dir / "meta.json"));
-  } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint '{}' has damaged metadata: {}", step_dir.string(), e.what());
-  }
-  require(meta.value("format", "") == kFormat, "checkpoint '{}' has format '{}', expected '{}'",
-          step_dir.string(), meta.value("format", "?"), kFormat);
+  require(fs::is_directory(dir), "--resume: '{}' is not a checkpoint directory", dir);
+  const std::string step_dir = (fs::path(dir) / read_latest(dir)).string();
+  const std::string meta_path = (fs::path(step_dir) / "meta.json").string();
+  require(fs::exists(meta_path), "checkpoint '{}': meta.json: missing file (expected the step's metadata)",
+          step_dir);
+  const CheckpointMeta meta = parse_checkpoint_meta(step_dir, read_file_bytes(meta_path));
   const ModelConfig& model = engine.layout().config();
-  require(meta["model"] == model_json(model), "checkpoint '{}' holds another model shape: {} (this run: {})",
-          step_dir.string(), meta["model"].dump(), model_json(model).dump());
-  int step = 0, optimizer_step = 0;
-  try {
-    step = meta.at("step").get<int>();
-    optimizer_step = meta.value("optimizer_step", step);
-  } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint '{}' has damaged metadata: {}", step_dir.string(), e.what());
-  }
-  require(step >= 0 && step <= options.steps, "checkpoint '{}' is at step {}, beyond --steps {}", step_dir.string(),
-          step, options.steps);
-  require(optimizer_step >= 0 && optimizer_step <= step,
+  require(meta.model == model_json(model), "checkpoint '{}' holds another model shape: {} (this run: {})", step_dir,
+          meta.model.dump(), model_json(model).dump());
+  const int step = meta.step, optimizer_step = meta.optimizer_step;
+  require(step <= options.steps, "checkpoint '{}' is at step {}, beyond --steps {}", step_dir, step, options.steps);
+  require(optimizer_step <= step,
           "checkpoint '{}' has optimizer_step {}, expected 0 to its step {} (a step can skip its update, not add one)",
-          step_dir.string(), optimizer_step, step);
+          step_dir, optimizer_step, step);
 
   const ParameterLayout& layout = engine.layout();
-  const std::string model_path = (step_dir / "model.safetensors").string();
-  const SafetensorsFile model_file = read_safetensors(model_path);
+  const std::string model_path = (fs::path(step_dir) / "model.safetensors").string();
+  const SafetensorsFile model_file = read_verified(model_path, "model.safetensors", meta);
   std::vector<bf16> weights(layout.total());  // [N]
   for (const auto& e : layout.entries()) {
     const TensorRead& t = expect_tensor<bf16>(model_file, model_path, e.name, "BF16", e.numel);
     require(t.shape == e.shape, "checkpoint file '{}': tensor '{}' has another shape", model_path, e.name);
+    require_finite(model_path, e.name, t);
     std::memcpy(weights.data() + e.offset, t.data.data(), t.data.size());
   }
-  engine.set_full_weights(weights.data());
 
   // Each shard names its ranges; this rank copies the parts that fall into its own pieces.
   OptimizerState state = engine.optimizer_state();
-  std::size_t wanted = 0, found = 0;
-  for (const OptimizerPiece& piece : engine.optimizer_pieces()) wanted += piece.flat.size();
-  const nlohmann::json shards = meta.value("optimizer_shards", nlohmann::json::array({"optimizer.safetensors"}));
-  for (const auto& shard : shards) {
-    const std::string path = (step_dir / shard.get<std::string>()).string();
-    const SafetensorsFile file = read_safetensors(path);
+  std::vector<HeldRange> held_ranges;
+  for (const std::string& shard : meta.optimizer_shards) {
+    const std::string path = (fs::path(step_dir) / shard).string();
+    const SafetensorsFile file = read_verified(path, shard, meta);
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     try {
       if (file.metadata.count("ranges")) {
@@ -179,11 +234,13 @@ ResumePoint load_checkpoint(const std::string& dir, DataParallelEngine& engine, 
       require(b <= e && e <= layout.total(), "checkpoint file '{}': range [{}, {}) is outside the {} parameters",
               path, b, e, layout.total());
       held += e - b;
+      held_ranges.push_back({b, e, path});
     }
     const float* master = reinterpret_cast<const float*>(
         expect_tensor<float>(file, path, "master", "F32", held).data.data());
     const float* m = reinterpret_cast<const float*>(expect_tensor<float>(file, path, "adam_m", "F32", held).data.data());
     const float* v = reinterpret_cast<const float*>(expect_tensor<float>(file, path, "adam_v", "F32", held).data.data());
+    for (const char* tensor : {"master", "adam_m", "adam_v"}) require_finite(path, tensor, file.tensors.at(tensor));
     std::size_t at = 0;  // where range [b, e) starts in the file's tensors
     for (const auto& [b, e] : ranges) {
       for (const OptimizerPiece& piece : engine.optimizer_pieces()) {
@@ -193,18 +250,16 @@ ResumePoint load_checkpoint(const std::string& dir, DataParallelEngine& engine, 
         std::copy_n(master + from, hi - lo, state.master.data() + to);
         std::copy_n(m + from, hi - lo, state.m.data() + to);
         std::copy_n(v + from, hi - lo, state.v.data() + to);
-        found += hi - lo;
       }
       at += e - b;
     }
   }
-  require(found == wanted,
-          "checkpoint '{}': its optimizer shards hold {} of the {} elements this rank needs (a shard is missing or "
-          "overlaps another)",
-          step_dir.string(), found, wanted);
+  require_exact_tiling(step_dir, held_ranges, layout.total());
+  // Nothing reaches the engine before every file has passed its checks.
+  engine.set_full_weights(weights.data());
   engine.set_optimizer_state(state);
   engine.restored(optimizer_step);
-  return {step, optimizer_step, meta};
+  return {step, optimizer_step, meta.json};
 }
 
 }  // namespace dptrain

@@ -184,6 +184,11 @@ std::vector<TrainOption> make_table() {
             unsaved),
       entry("--resume", "Continue from the latest checkpoint in this directory", DPTRAIN_FIELD(resume), all,
             unsaved, Shown::nothing),
+      // Rank 0 alone checks and prunes --save, but the run's outcome must not depend on which rank was told.
+      entry("--overwrite", "Let a run that does not resume from --save replace the checkpoints already there",
+            DPTRAIN_FIELD(overwrite), all, unsaved),
+      entry("--keep-last", "Keep only the newest N step folders in --save after each save (0: keep all)",
+            DPTRAIN_FIELD(keep_last), all, unsaved),
       // Only rank 0 prints step lines.
       entry("--quiet", "No per-step lines", DPTRAIN_FIELD(quiet), own, unsaved),
   };

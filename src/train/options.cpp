@@ -70,6 +70,8 @@ void validate(const TrainOptions& o, int world_size) {
           "got {}",
           kThreadsPerHardwareThread * hardware, kThreadsPerHardwareThread, hardware, o.threads);
   require(o.save_every == 0 || !o.save.empty(), "--save-every {} needs --save DIR", o.save_every);
+  require(o.keep_last >= 0, "--keep-last must be non-negative (0: keep every checkpoint), got {}", o.keep_last);
+  require(o.keep_last == 0 || !o.save.empty(), "--keep-last {} needs --save DIR", o.keep_last);
   require(o.zero >= 0 && o.zero <= 3, "--zero: stage {} does not exist (expected 0, 1, 2 or 3)", o.zero);
   require(o.bucket_mb >= 0 && o.bucket_mb <= 1e6, "--bucket-mb must be in [0, 1e6], got {}", o.bucket_mb);
   require(o.comm_timeout > 0 && o.comm_timeout <= 1e6, "--comm-timeout must be in (0, 1e6] seconds, got {}",

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dptrain/core/atomic_file.hpp"
+#include "dptrain/core/checksum.hpp"
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
@@ -22,10 +23,26 @@ std::size_t dtype_size(const std::string& dtype) {
   return 0;
 }
 
+// A list of non-negative integers; JSON floats are refused here because converting one out of range to
+// std::size_t (what nlohmann's get<> would do) is undefined behaviour.
+std::vector<std::size_t> sizes(const std::string& path, const std::string& tensor, const char* key,
+                               const nlohmann::json& value) {
+  std::vector<std::size_t> out;
+  require(value.is_array(), "checkpoint file '{}' has a damaged header: tensor '{}': '{}' is not a list", path,
+          tensor, key);
+  for (const auto& v : value) {
+    require(v.is_number_unsigned(),
+            "checkpoint file '{}' has a damaged header: tensor '{}': '{}' holds {}, expected non-negative integers",
+            path, tensor, key, v.dump());
+    out.push_back(v.get<std::size_t>());
+  }
+  return out;
+}
+
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::uint64_t write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::size_t offset = 0;
@@ -42,12 +59,18 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   bytes.append(json);
   for (const auto& t : tensors) bytes.append(static_cast<const char*>(t.data), t.bytes);
   write_file_atomically(path, bytes);
+  return xxh64(bytes);
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
+std::string read_file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   require(bool(in), "cannot open checkpoint file '{}'", path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+SafetensorsFile read_safetensors(const std::string& path) { return parse_safetensors(path, read_file_bytes(path)); }
+
+SafetensorsFile parse_safetensors(const std::string& path, std::string_view bytes) {
   require(bytes.size() >= 8, "checkpoint file '{}' is truncated ({} bytes)", path, bytes.size());
   std::uint64_t header_size = 0;
   std::memcpy(&header_size, bytes.data(), 8);
@@ -56,6 +79,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.substr(8, header_size));
+    require(header.is_object(), "checkpoint file '{}' has a damaged header: a JSON {}, expected an object", path,
+            header.type_name());
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint file '{}' has a damaged header: {}", path, e.what());
   }
@@ -69,8 +94,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
       }
       TensorRead t;
       t.dtype = value.at("dtype").get<std::string>();
-      t.shape = value.at("shape").get<std::vector<std::size_t>>();
-      const auto offsets = value.at("data_offsets").get<std::vector<std::size_t>>();
+      t.shape = sizes(path, name, "shape", value.at("shape"));
+      const auto offsets = sizes(path, name, "data_offsets", value.at("data_offsets"));
       std::size_t numel = 1;
       for (auto d : t.shape) numel *= d;
       require(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size &&

@@ -16,6 +16,7 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/train/checkpoint.hpp"
+#include "dptrain/train/checkpoint_directory.hpp"
 #include "dptrain/train/memory_estimate.hpp"
 #include "dptrain/train/memory_report.hpp"
 #include "dptrain/train/option_table.hpp"
@@ -62,6 +63,9 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   } else {
     engine_->initialise(options_.seed);
   }
+  // Before step 1: an unwritable, full or already used --save must not surface at the first save.
+  if (!options_.save.empty() && world_.rank() == 0)
+    prepare_save_directory(options_, engine_->layout().total(), engine_->layout().entries().size() + 3);
   if (!options_.link.empty()) link_ = link_from_spec(options_.link);
   // Only checked here: a fresh run's log is truncated when the steps start (run()), so that bad input found
   // later in the set-up, on any rank, leaves an existing log as it was.
@@ -114,7 +118,13 @@ void Trainer::complain(const std::string& line) const {
 }
 
 std::string Trainer::save(int step) {
-  const std::string where = save_checkpoint(options_.save, *engine_, options_, step, [this] { world_.barrier(); });
+  // The first save of a run started with --overwrite removes the earlier run's checkpoints once it is in place.
+  const std::string where = save_checkpoint(
+      options_.save, *engine_, options_, step,
+      {.barrier = [this] { world_.barrier(); },
+       .gather_to_first = [this](const std::string& text) { return world_.gather_to_first(text); }},
+      !saved_once_);
+  saved_once_ = true;
   if (!options_.quiet) say(fmt::format("dptrain | saved checkpoint {}", where));
   return where;
 }

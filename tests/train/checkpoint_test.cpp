@@ -55,6 +55,22 @@ TEST(Safetensors, DamagedFilesAreRefused) {
   garbled[9] = '#';
   testing::write_text(dir / "garbled.safetensors", garbled);
   EXPECT_THROW(read_safetensors(dir / "garbled.safetensors"), UserError);
+  // A float or negative shape would be converted to std::size_t out of range (undefined behaviour): refused.
+  for (const char* shape : {"[1e300]", "[-1]", "[1.5]"}) {
+    std::string header = fmt::format(R"({{"a":{{"dtype":"F32","shape":{},"data_offsets":[0,4]}}}})", shape);
+    header.append((8 - header.size() % 8) % 8, ' ');
+    const std::uint64_t size = header.size();
+    const std::string bytes = std::string(reinterpret_cast<const char*>(&size), 8) + header + std::string(4, '\0');
+    try {
+      parse_safetensors("f.safetensors", bytes);
+      ADD_FAILURE() << shape << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                fmt::format("checkpoint file 'f.safetensors' has a damaged header: tensor 'a': 'shape' holds {}, "
+                            "expected non-negative integers",
+                            nlohmann::json::parse(shape)[0].dump()));
+    }
+  }
 }
 
 // On every backend of the build (backend_names()).

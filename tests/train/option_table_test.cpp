@@ -42,6 +42,7 @@ const std::map<std::string, Sample>& samples() {
       {"--log", {"run.jsonl", "run.jsonl"}}, {"--trace", {"trace.json", "trace.json"}},
       {"--save", {"ckpt", "ckpt"}},         {"--save-every", {"10", "10"}},
       {"--resume", {"old", "old"}},         {"--quiet", {"", "true"}},
+      {"--overwrite", {"", "true"}},        {"--keep-last", {"3", "3"}},
   };
   return values;
 }
@@ -77,6 +78,8 @@ TEST(OptionTable, EveryFlagHasASampleAndParsesFromTheCommandLine) {
   EXPECT_EQ(parsed.seed, 42u);
   EXPECT_TRUE(parsed.no_overlap);
   EXPECT_EQ(parsed.resume, "old");
+  EXPECT_TRUE(parsed.overwrite);
+  EXPECT_EQ(parsed.keep_last, 3);
 }
 
 TEST(OptionTable, EveryFlagParsesFromATomlConfig) {

@@ -8,8 +8,10 @@
 //                                          after it), optimizer_step (updates taken: fewer when non-finite steps
 //                                          were skipped; AdamW's bias correction counts these), model and
 //                                          training settings (option_table.hpp), data position, RNG state, shards
+//                                          and "checksums": the XXH64 of every other file of the folder
 // A step folder is written under a temporary name and renamed, then `latest` is replaced atomically, so an
-// interrupted save leaves the previous checkpoint intact. A rank resuming takes the elements it owns from
+// interrupted save leaves the previous checkpoint intact (checkpoint_directory.hpp). A load verifies every
+// checksum, that the shards' ranges cover the flat buffer exactly once and that every value is finite. A rank resuming takes the elements it owns from
 // whichever shards hold them, so a run may continue at another world size or ZeRO stage.
 #pragma once
 #include <functional>
@@ -18,15 +20,28 @@
 #include <nlohmann/json.hpp>
 
 #include "dptrain/dp/engine.hpp"
+#include "dptrain/train/checkpoint_directory.hpp"
 #include "dptrain/train/options.hpp"
 
 namespace dptrain {
 
+// The collectives a save needs; the defaults are those of a single rank.
+struct CheckpointRanks {
+  // Waits for all ranks: the folder exists before shards are written into it; it is renamed once all are.
+  std::function<void()> barrier = [] {};
+  // Rank 0 receives every rank's text (the checksums of the shards for meta.json); the others get nothing.
+  std::function<std::vector<std::string>(const std::string&)> gather_to_first = [](const std::string& text) {
+    return std::vector<std::string>{text};
+  };
+};
+
 // Called on every rank after loop step `step` (1-based: the number of steps done, skipped ones included)
-// (collective: ZeRO-3 gathers the weights, each rank writes its shard); barrier() waits for all ranks (the folder
-// exists before shards are written into it; it is renamed once all are). Returns the step folder written.
+// (collective: ZeRO-3 gathers the weights, each rank writes its shard). `first_save`: the run's first, after
+// which an --overwrite run removes the earlier run's step folders; --keep-last prunes after every save. `hook`
+// is publish_step's, for tests. Returns the step folder written.
 std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options,
-                            int step, const std::function<void()>& barrier = [] {});
+                            int step, const CheckpointRanks& ranks = {}, bool first_save = false,
+                            const std::function<void(PublishPoint)>& hook = {});
 
 // Where a loaded checkpoint leaves the run.
 struct ResumePoint {
@@ -37,7 +52,8 @@ struct ResumePoint {
 
 // Reads the latest checkpoint of dir into the engine (every rank reads) and sets the engine's optimizer step
 // (checkpoints without "optimizer_step" predate skipped-step accounting: theirs equals "step"). Throws
-// UserError if it is missing, damaged, or holds another model shape.
+// UserError if it is missing, damaged (checksum, meta.json, tiling, non-finite values), or holds another model
+// shape; the engine is changed only when every check has passed.
 ResumePoint load_checkpoint(const std::string& dir, DataParallelEngine& engine, const TrainOptions& options);
 
 }  // namespace dptrain

@@ -50,6 +50,8 @@ struct TrainOptions {
   std::string save;           // checkpoint directory
   int save_every = 0;         // 0: only at the end
   std::string resume;         // checkpoint directory to continue from
+  bool overwrite = false;     // a fresh run may replace the checkpoints already in --save
+  int keep_last = 0;          // step folders kept in --save after each save; 0: all
   bool quiet = false;         // no per-step lines
 };
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dptrain {
@@ -29,10 +30,18 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
 };
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+// Returns the XXH64 of the bytes written (checksum.hpp): the checkpoint records it without reading the file back.
+std::uint64_t write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                                const std::map<std::string, std::string>& metadata = {});
 
 // Throws UserError naming the file and what is wrong (truncated, bad header, offsets out of range).
 SafetensorsFile read_safetensors(const std::string& path);
+
+// The same from bytes already read (`path` only names the file in messages): a checkpoint verifies a file's
+// checksum and parses the bytes it hashed. Any input gives a SafetensorsFile or a UserError (fuzzed).
+SafetensorsFile parse_safetensors(const std::string& path, std::string_view bytes);
+
+// The whole file; UserError naming it when it cannot be opened.
+std::string read_file_bytes(const std::string& path);
 
 }  // namespace dptrain

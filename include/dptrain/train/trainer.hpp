@@ -51,6 +51,7 @@ class Trainer {
 
   TrainOptions options_;
   const MpiWorld& world_;
+  bool saved_once_ = false;  // a checkpoint of this run is in place (--overwrite clears the old ones after it)
   std::unique_ptr<Dataset> data_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<MpiTransport> transport_;

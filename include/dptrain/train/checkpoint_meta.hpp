@@ -1,0 +1,30 @@
+// Reading a checkpoint's meta.json: every key the loader uses is checked for presence and type here, so damaged
+// metadata is refused with one line naming the checkpoint, the key, what it holds and what is accepted
+// (`checkpoint '<dir>': meta.json: wrong type (key 'step' is a string "5", expected an integer)`), never with
+// a bare JSON library message.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dptrain {
+
+inline constexpr const char* kCheckpointFormat = "dptrain-checkpoint-1";
+
+struct CheckpointMeta {
+  int step = 0;            // loop steps done
+  int optimizer_step = 0;  // updates taken ("step" when absent: written before skipped steps were counted)
+  nlohmann::json model;    // the model's shape, an object
+  std::vector<std::string> optimizer_shards;         // plain file names inside the step folder
+  std::map<std::string, std::uint64_t> checksums;    // file name -> XXH64; empty in checkpoints that predate them
+  nlohmann::json json;                               // the whole document
+};
+
+// Parses and checks the text of `step_dir`/meta.json. Throws UserError (any input: fuzzed).
+CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_view text);
+
+}  // namespace dptrain

@@ -1,0 +1,190 @@
+// The checkpoint directory: atomic publication of a step folder, `latest`, pruning, stale temporaries, and the
+// set-up checks of --save.
+#include "dptrain/train/checkpoint_directory.hpp"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "dptrain/core/atomic_file.hpp"
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::regex kStepFolder(R"(step-(\d+)(?:-(\d+))?)");
+const std::regex kStaleTemporary(R"(\.step-\d+\.tmp)");
+
+// (step, k) of a step folder name; k is 1 for the plain name.
+std::pair<unsigned long long, unsigned long long> step_key(const std::string& name) {
+  std::smatch m;
+  std::regex_match(name, m, kStepFolder);
+  return {std::stoull(m[1].str()), m[2].matched ? std::stoull(m[2].str()) : 1};
+}
+
+void remove_step(const fs::path& folder) {
+  std::error_code ec;
+  fs::remove_all(folder, ec);
+  require(!ec, "cannot remove old checkpoint '{}': {}", folder.string(), ec.message());
+}
+
+bool holds_checkpoints(const fs::path& root) {
+  return fs::exists(root / "latest") || !step_folders(root.string()).empty();
+}
+
+}  // namespace
+
+std::string publish_step(const std::string& root, const std::string& temporary, const std::string& name,
+                         const std::function<void(PublishPoint)>& hook) {
+  const auto at = [&](PublishPoint point) {
+    if (hook) hook(point);
+  };
+  at(PublishPoint::before_rename);
+  // A fresh name: rename(2) cannot replace a non-empty directory, and removing the old one first would leave
+  // `latest` naming nothing until the rename.
+  std::string fresh = name;
+  for (int k = 2; fs::exists(fs::path(root) / fresh); ++k) fresh = fmt::format("{}-{}", name, k);
+  std::error_code ec;
+  fs::rename(temporary, fs::path(root) / fresh, ec);
+  require(!ec, "cannot move checkpoint into place at '{}': {}", (fs::path(root) / fresh).string(), ec.message());
+  at(PublishPoint::renamed);
+  write_file_atomically((fs::path(root) / "latest").string(), fresh + "\n");
+  at(PublishPoint::latest_switched);
+  // What it replaced: the folders of the same step (an earlier save of it).
+  for (const std::string& folder : step_folders(root))
+    if (folder != fresh && step_key(folder).first == step_key(fresh).first) remove_step(fs::path(root) / folder);
+  return fresh;
+}
+
+std::string read_latest(const std::string& root) {
+  const fs::path file = fs::path(root) / "latest";
+  std::ifstream in(file);
+  require(bool(in), "--resume: '{}' has no 'latest' file: no checkpoint was completed there", root);
+  std::string name((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  require(std::regex_match(name, kStepFolder), "--resume: '{}' names '{}', expected a step folder (step-NNNNNN)",
+          file.string(), name);
+  require(fs::is_directory(fs::path(root) / name), "--resume: '{}' names '{}', which is not a folder in '{}'",
+          file.string(), name, root);
+  return name;
+}
+
+std::vector<std::string> step_folders(const std::string& root) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && std::regex_match(name, kStepFolder)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end(),
+            [](const std::string& a, const std::string& b) { return step_key(a) < step_key(b); });
+  return names;
+}
+
+std::vector<std::string> prune_steps(const std::string& root, int keep_last) {
+  std::vector<std::string> removed;
+  if (keep_last <= 0) return removed;
+  const std::string latest = read_latest(root);
+  std::vector<std::string> folders = step_folders(root);
+  // Oldest first: drop from the front until keep_last remain, skipping the one `latest` names.
+  std::size_t excess = folders.size() > std::size_t(keep_last) ? folders.size() - std::size_t(keep_last) : 0;
+  for (const std::string& folder : folders) {
+    if (excess == 0) break;
+    if (folder == latest) continue;
+    remove_step(fs::path(root) / folder);
+    removed.push_back(folder);
+    --excess;
+  }
+  return removed;
+}
+
+void remove_other_steps(const std::string& root, const std::string& keep) {
+  for (const std::string& folder : step_folders(root))
+    if (folder != keep) remove_step(fs::path(root) / folder);
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || !std::regex_match(name, kStaleTemporary)) continue;
+    fs::remove_all(entry.path(), ec);
+    require(!ec, "cannot remove the stale temporary checkpoint '{}': {}", entry.path().string(), ec.message());
+    removed.push_back(name);
+  }
+  return removed;
+}
+
+std::uint64_t checkpoint_bytes(std::size_t parameters, std::size_t tensors) {
+  // Headers: about 100 bytes of JSON per tensor (256 allowed); meta.json and the shards' range lists: 64 KiB.
+  return 14ull * parameters + 256ull * tensors + (64ull << 10);
+}
+
+void require_free_space(const std::string& dir, std::uint64_t needed) {
+  struct statvfs fs_stat {};
+  require(::statvfs(dir.c_str(), &fs_stat) == 0, "--save: cannot query the free space of '{}': {}", dir,
+          std::strerror(errno));
+  const std::uint64_t available = std::uint64_t(fs_stat.f_bavail) * std::uint64_t(fs_stat.f_frsize);
+  require(available >= needed,
+          "--save: '{}' has {} bytes free, one checkpoint needs {} bytes (14 per parameter and the headers); free "
+          "space or choose another --save",
+          dir, available, needed);
+}
+
+bool continues_in_place(const TrainOptions& options) {
+  std::error_code ec;
+  return !options.resume.empty() && !options.save.empty() && fs::exists(options.resume) &&
+         fs::exists(options.save) && fs::equivalent(options.resume, options.save, ec);
+}
+
+void prepare_save_directory(const TrainOptions& options, std::size_t parameters, std::size_t tensors) {
+  const fs::path root = fs::absolute(options.save);
+  // A regular file anywhere in the path: create_directories would fail after the whole run otherwise.
+  for (fs::path prefix; const fs::path& part : root) {
+    prefix /= part;
+    require(!fs::exists(prefix) || fs::is_directory(prefix),
+            "--save: '{}' is in the path of '{}' and is not a directory (expected a directory or a path that can "
+            "be created)",
+            prefix.string(), options.save);
+  }
+  // Checkpoints of another run are not replaced silently; resuming from this very directory continues it.
+  std::error_code ec;
+  if (fs::is_directory(root) && holds_checkpoints(root) && !continues_in_place(options) && !options.overwrite) {
+    std::string latest = "none";
+    if (fs::exists(root / "latest")) {
+      std::ifstream in(root / "latest");
+      std::getline(in, latest);
+    }
+    fail("--save: '{}' already holds checkpoints (latest: {}); pass --overwrite to replace them, --resume {} to "
+         "continue from them, or another --save directory",
+         options.save, latest, options.save);
+  }
+  // Nothing is created at set-up (the ranks have not yet agreed on --save): the probe goes into the nearest
+  // directory that exists, where the save will create the rest.
+  fs::path existing = root;
+  while (!fs::exists(existing) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  // Writable: a probe file, created and removed (read-only filesystems, directories without write permission).
+  const fs::path probe = existing / fmt::format(".dptrain-write-probe.{}", ::getpid());
+  {
+    std::ofstream out(probe);
+    require(bool(out << "probe") && bool(out.flush()), "--save: cannot write in '{}': {}", existing.string(),
+            std::strerror(errno));
+  }
+  fs::remove(probe, ec);
+  if (fs::is_directory(root)) remove_stale_temporaries(root.string());
+  require_free_space(existing.string(), checkpoint_bytes(parameters, tensors));
+}
+
+}  // namespace dptrain

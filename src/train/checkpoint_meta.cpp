@@ -1,0 +1,132 @@
+// Reading and checking a checkpoint's meta.json.
+#include "dptrain/train/checkpoint_meta.hpp"
+
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "dptrain/core/checksum.hpp"
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+namespace {
+
+// A value as a message shows it: short, with its JSON type.
+std::string shown(const nlohmann::json& value) {
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return fmt::format("a {} {}", value.type_name(), text);
+}
+
+class MetaReader {
+ public:
+  MetaReader(const std::string& step_dir, const nlohmann::json& json) : dir_(step_dir), json_(json) {}
+
+  [[noreturn]] void refuse(const std::string& what, const std::string& detail) const {
+    fail("checkpoint '{}': meta.json: {} ({})", dir_, what, detail);
+  }
+
+  const nlohmann::json& required(const char* key, const char* expected) const {
+    auto it = json_.find(key);
+    if (it == json_.end()) refuse("missing key", fmt::format("key '{}': expected {}", key, expected));
+    return *it;
+  }
+
+  [[noreturn]] void wrong_type(const std::string& key, const nlohmann::json& value, const char* expected) const {
+    refuse("wrong type", fmt::format("key '{}' is {}, expected {}", key, shown(value), expected));
+  }
+
+  int integer(const char* key, const nlohmann::json& value) const {
+    constexpr const char* expected = "an integer from 0 to 2147483647";
+    if (!value.is_number_integer()) wrong_type(key, value, expected);
+    // Unsigned and signed JSON integers both fit in a long double-free comparison through their own type.
+    if (value.is_number_unsigned() ? value.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<int>::max())
+                                   : (value.get<std::int64_t>() < 0 ||
+                                      value.get<std::int64_t>() > std::numeric_limits<int>::max()))
+      refuse("value out of range", fmt::format("key '{}' is {}, expected {}", key, value.dump(), expected));
+    return value.get<int>();
+  }
+
+ private:
+  std::string dir_;
+  const nlohmann::json& json_;
+};
+
+// A shard name must stay inside the step folder: no separators, not "." or "..".
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_view text) {
+  CheckpointMeta meta;
+  try {
+    meta.json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    // Not only parse_error: a number beyond double's range ("7E8000") is an out_of_range error (found by fuzzing).
+    // e.what() starts with the library's "[json.exception.parse_error.101] " tag: the rest is the reason.
+    std::string reason = e.what();
+    if (const auto end = reason.find("] "); reason.starts_with("[json.exception") && end != std::string::npos)
+      reason = reason.substr(end + 2);
+    fail("checkpoint '{}': meta.json: not valid JSON ({}; expected the JSON object dptrain writes)", step_dir,
+         reason);
+  }
+  if (!meta.json.is_object())
+    fail("checkpoint '{}': meta.json: wrong type (the document is {}, expected an object)", step_dir,
+         shown(meta.json));
+  const MetaReader read(step_dir, meta.json);
+
+  const nlohmann::json& format = read.required("format", fmt::format("\"{}\"", kCheckpointFormat).c_str());
+  if (!format.is_string() || format.get<std::string>() != kCheckpointFormat)
+    read.refuse("unknown format", fmt::format("key 'format' is {}, expected \"{}\"", shown(format),
+                                              kCheckpointFormat));
+
+  meta.step = read.integer("step", read.required("step", "an integer from 0 to 2147483647"));
+  meta.optimizer_step = meta.json.contains("optimizer_step") ? read.integer("optimizer_step", meta.json["optimizer_step"])
+                                                             : meta.step;
+
+  meta.model = read.required("model", "an object of the model's shape");
+  if (!meta.model.is_object()) read.wrong_type("model", meta.model, "an object of the model's shape");
+
+  // Absent in checkpoints of one file (ZeRO 0): the single optimizer.safetensors.
+  meta.optimizer_shards = {"optimizer.safetensors"};
+  if (meta.json.contains("optimizer_shards")) {
+    const nlohmann::json& shards = meta.json["optimizer_shards"];
+    constexpr const char* expected = "a non-empty array of file names";
+    if (!shards.is_array() || shards.empty()) read.wrong_type("optimizer_shards", shards, expected);
+    meta.optimizer_shards.clear();
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      const std::string key = fmt::format("optimizer_shards[{}]", i);
+      if (!shards[i].is_string()) read.wrong_type(key, shards[i], "a file name");
+      const std::string name = shards[i].get<std::string>();
+      if (!plain_file_name(name))
+        read.refuse("bad file name", fmt::format("key '{}' is \"{}\", expected a file name inside the step folder",
+                                                 key, name));
+      meta.optimizer_shards.push_back(name);
+    }
+  }
+
+  // Absent in checkpoints written before checksums were recorded: nothing to verify against.
+  if (meta.json.contains("checksums")) {
+    const nlohmann::json& checksums = meta.json["checksums"];
+    if (!checksums.is_object()) read.wrong_type("checksums", checksums, "an object of file name to \"xxh64:...\"");
+    for (const auto& [name, value] : checksums.items()) {
+      const std::string key = fmt::format("checksums.{}", name);
+      if (!value.is_string()) read.wrong_type(key, value, "\"xxh64:\" and 16 hex digits");
+      const auto hash = parse_checksum_text(value.get<std::string>());
+      if (!hash) read.refuse("bad checksum", fmt::format("key '{}' is {}, expected \"xxh64:\" and 16 hex digits",
+                                                         key, shown(value)));
+      meta.checksums[name] = *hash;
+    }
+    for (const std::string& name : meta.optimizer_shards)
+      if (!meta.checksums.count(name))
+        read.refuse("missing checksum", fmt::format("key 'checksums.{}': expected the checksum of every file", name));
+    if (!meta.checksums.count("model.safetensors"))
+      read.refuse("missing checksum", "key 'checksums.model.safetensors': expected the checksum of every file");
+  }
+  return meta;
+}
+
+}  // namespace dptrain

@@ -1,0 +1,313 @@
+// Checkpoint integrity in one process: a save interrupted between any two of its atomic steps leaves a loadable
+// `latest`; flipped bytes, duplicated shards, non-finite values and damaged meta.json are refused with the file
+// named; stale temporaries and --keep-last pruning remove exactly what they should; the --save set-up checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "dptrain/core/checksum.hpp"
+#include "dptrain/core/error.hpp"
+#include "dptrain/train/checkpoint.hpp"
+#include "dptrain/train/checkpoint_directory.hpp"
+#include "dptrain/train/checkpoint_meta.hpp"
+#include "dptrain/train/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace dptrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::file_bytes;
+using testing::TemporaryDirectory;
+using testing::write_text;
+
+// The message of the UserError f throws; a failure when it throws none.
+template <typename F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+class CheckpointIntegrity : public ::testing::Test {
+ protected:
+  CheckpointIntegrity() : dir_("ckpt-integrity") {
+    options_.model = config_;
+    a_.initialise(3);
+    b_.initialise(99);
+  }
+  void train(int steps) {
+    for (int s = 0; s < steps; ++s) a_.step(windows_.data(), 2, {.lr = 1e-2, .weight_decay = 0.1, .grad_clip = 1.0});
+  }
+  std::string root() const { return dir_.path.string(); }
+  ResumePoint load() { return load_checkpoint(root(), b_, options_); }
+  nlohmann::json meta(const std::string& step_dir) const { return nlohmann::json::parse(file_bytes(step_dir + "/meta.json")); }
+  // Rewrites a step folder's meta.json with `change` applied.
+  template <typename F>
+  void edit_meta(const std::string& step_dir, F change) {
+    nlohmann::json m = meta(step_dir);
+    change(m);
+    write_text(step_dir + "/meta.json", m.dump());
+  }
+
+  TemporaryDirectory dir_;
+  ModelConfig config_{.vocab = 13, .seq = 6, .layers = 1, .width = 8, .heads = 2};
+  TrainOptions options_;
+  std::unique_ptr<Backend> backend_a_ = make_backend("cpu"), backend_b_ = make_backend("cpu");
+  DataParallelEngine a_{config_, *backend_a_, RankGroup{}, EngineSettings{}, 2};
+  DataParallelEngine b_{config_, *backend_b_, RankGroup{}, EngineSettings{}, 2};
+  std::vector<std::int32_t> windows_ = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1};
+};
+
+struct Interrupted {};  // stands for a kill at a publication point
+
+TEST_F(CheckpointIntegrity, AnInterruptedSaveLeavesALoadableLatest) {
+  train(1);
+  save_checkpoint(root(), a_, options_, 3);
+  const std::vector<bf16> at3 = a_.full_weights();
+  train(1);
+  // A kill before the rename or after it leaves step 3 as latest; after the switch, step 4.
+  const std::pair<PublishPoint, std::string> cases[] = {{PublishPoint::before_rename, "step-000003"},
+                                                         {PublishPoint::renamed, "step-000003"},
+                                                         {PublishPoint::latest_switched, "step-000004"}};
+  for (const auto& [point, expected] : cases) {
+    EXPECT_THROW(save_checkpoint(root(), a_, options_, 4, {}, false,
+                                 [point = point](PublishPoint at) {
+                                   if (at == point) throw Interrupted{};
+                                 }),
+                 Interrupted);
+    EXPECT_EQ(read_latest(root()), expected) << int(point);
+    EXPECT_EQ(load().step, expected == "step-000003" ? 3 : 4) << int(point);
+    if (expected == "step-000003") {
+      const std::vector<bf16> loaded = b_.full_weights();
+      EXPECT_EQ(std::memcmp(loaded.data(), at3.data(), at3.size() * sizeof(bf16)), 0);
+    }
+    // What the kill left is cleaned up as a restarted run does: its temporary removed, the next save publishes.
+    remove_stale_temporaries(root());
+    EXPECT_FALSE(fs::exists(dir_ / ".step-000004.tmp"));
+    for (const std::string& folder : step_folders(root()))
+      if (folder != "step-000003") fs::remove_all(dir_ / folder);
+    write_text(dir_ / "latest", "step-000003\n");
+  }
+
+  // Replacing a step folder of the same step: the new one goes under a fresh name, `latest` switches to it, and
+  // only then is the old one removed. A kill just before that removal leaves both, `latest` naming the new.
+  save_checkpoint(root(), a_, options_, 4);
+  EXPECT_THROW(save_checkpoint(root(), a_, options_, 4, {}, false,
+                               [](PublishPoint at) {
+                                 if (at == PublishPoint::latest_switched) throw Interrupted{};
+                               }),
+               Interrupted);
+  EXPECT_EQ(read_latest(root()), "step-000004-2");
+  EXPECT_EQ(step_folders(root()), (std::vector<std::string>{"step-000003", "step-000004", "step-000004-2"}));
+  EXPECT_EQ(load().step, 4);
+  // Both names are taken now: the next is the first free one, and both older folders of step 4 go.
+  EXPECT_EQ(save_checkpoint(root(), a_, options_, 4), dir_ / "step-000004-3");
+  EXPECT_EQ(step_folders(root()), (std::vector<std::string>{"step-000003", "step-000004-3"}));
+  EXPECT_EQ(file_bytes(dir_ / "latest"), "step-000004-3\n");
+}
+
+TEST_F(CheckpointIntegrity, AFlippedByteIsRefusedNamingTheFile) {
+  train(2);
+  const std::string step = save_checkpoint(root(), a_, options_, 2);
+  EXPECT_EQ(meta(step)["checksums"]["model.safetensors"], checksum_text(xxh64(file_bytes(step + "/model.safetensors"))));
+  for (const std::string file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string path = step + "/" + file, original = file_bytes(path);
+    std::string damaged = original;
+    damaged[damaged.size() - 3] ^= 0x10;  // a bit of the last tensor's data: the header still parses
+    write_text(path, damaged);
+    EXPECT_EQ(refusal([&] { load(); }),
+              fmt::format("checkpoint file '{}' is damaged: xxh64 {:016x}, expected {:016x} (recorded in meta.json "
+                          "when it was written)",
+                          path, xxh64(damaged), xxh64(original)));
+    write_text(path, original);
+  }
+  EXPECT_EQ(load().step, 2);
+}
+
+TEST_F(CheckpointIntegrity, ShardsMustTileTheFlatBufferExactlyOnce) {
+  train(1);
+  const std::string step = save_checkpoint(root(), a_, options_, 1);
+  const std::size_t n = a_.layout().total();
+  edit_meta(step, [](nlohmann::json& m) {
+    m["optimizer_shards"] = {"optimizer.safetensors", "optimizer.safetensors"};
+  });
+  const std::string shard = step + "/optimizer.safetensors";
+  SafetensorsFile file = read_safetensors(shard);
+  // The file holds one range per unit; the first one of the second copy overlaps the first copy's.
+  nlohmann::json first;
+  for (const auto& range : nlohmann::json::parse(file.metadata.at("ranges")))
+    if (range[0] == 0) first = range;
+  ASSERT_TRUE(first.is_array()) << file.metadata.at("ranges");
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint '{}': optimizer shards '{}' and '{}' both hold elements [0, {}) of the {} "
+                        "parameters; the shards must cover [0, {}) exactly once",
+                        step, shard, shard, first[1].get<std::size_t>(), n, n));
+
+  // A shard holding less than its share leaves a gap: rewrite the file to hold [0, n - 4) only.
+  std::vector<TensorToWrite> tensors;
+  for (const char* name : {"master", "adam_m", "adam_v"})
+    tensors.push_back({name, "F32", {n - 4}, file.tensors.at(name).data.data(), (n - 4) * 4});
+  const std::uint64_t hash =
+      write_safetensors(shard, tensors, {{"ranges", nlohmann::json::array({{0, n - 4}}).dump()}});
+  edit_meta(step, [&](nlohmann::json& m) {
+    m["optimizer_shards"] = {"optimizer.safetensors"};
+    m["checksums"]["optimizer.safetensors"] = checksum_text(hash);
+  });
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint '{}': no optimizer shard holds elements [{}, {}) of the {} parameters; the shards "
+                        "must cover [0, {}) exactly once",
+                        step, n - 4, n, n, n));
+}
+
+TEST_F(CheckpointIntegrity, NonFiniteValuesAreRefusedNamingFileAndTensor) {
+  train(1);
+  const std::string step = save_checkpoint(root(), a_, options_, 1);
+  // Element 5 of adam_v becomes NaN, the checksum is recomputed: only the value check can catch it.
+  const std::string shard = step + "/optimizer.safetensors";
+  SafetensorsFile file = read_safetensors(shard);
+  reinterpret_cast<float*>(file.tensors.at("adam_v").data.data())[5] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<TensorToWrite> tensors;
+  for (const char* name : {"master", "adam_m", "adam_v"}) {
+    const TensorRead& t = file.tensors.at(name);
+    tensors.push_back({name, t.dtype, t.shape, t.data.data(), t.data.size()});
+  }
+  std::uint64_t hash = write_safetensors(shard, tensors, file.metadata);
+  edit_meta(step, [&](nlohmann::json& m) { m["checksums"]["optimizer.safetensors"] = checksum_text(hash); });
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint file '{}': tensor 'adam_v' holds nan at element 5; a checkpoint must hold finite "
+                        "values",
+                        shard));
+
+  // An infinite weight in the model file.
+  const std::string model = step + "/model.safetensors";
+  SafetensorsFile weights = read_safetensors(model);
+  const std::string first = a_.layout().entries().front().name;
+  reinterpret_cast<bf16*>(weights.tensors.at(first).data.data())[2] = to_bf16(std::numeric_limits<float>::infinity());
+  std::vector<TensorToWrite> model_tensors;
+  for (const auto& e : a_.layout().entries()) {
+    const TensorRead& t = weights.tensors.at(e.name);
+    model_tensors.push_back({e.name, t.dtype, t.shape, t.data.data(), t.data.size()});
+  }
+  hash = write_safetensors(model, model_tensors, weights.metadata);
+  edit_meta(step, [&](nlohmann::json& m) { m["checksums"]["model.safetensors"] = checksum_text(hash); });
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint file '{}': tensor '{}' holds inf at element 2; a checkpoint must hold finite "
+                        "values",
+                        model, first));
+}
+
+TEST_F(CheckpointIntegrity, DamagedMetaJsonNamesTheCheckpointAndTheKey) {
+  train(1);
+  const std::string step = save_checkpoint(root(), a_, options_, 1);
+  const std::string good = file_bytes(step + "/meta.json"), prefix = fmt::format("checkpoint '{}': meta.json: ", step);
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> cases[] = {
+      {[](nlohmann::json& m) { m["step"] = "1"; },
+       "wrong type (key 'step' is a string \"1\", expected an integer from 0 to 2147483647)"},
+      {[](nlohmann::json& m) { m.erase("step"); },
+       "missing key (key 'step': expected an integer from 0 to 2147483647)"},
+      {[](nlohmann::json& m) { m["step"] = -4; },
+       "value out of range (key 'step' is -4, expected an integer from 0 to 2147483647)"},
+      {[](nlohmann::json& m) { m["model"] = 7; }, "wrong type (key 'model' is a number 7, expected an object of the model's shape)"},
+      {[](nlohmann::json& m) { m["optimizer_shards"] = {"../../etc/passwd"}; },
+       "bad file name (key 'optimizer_shards[0]' is \"../../etc/passwd\", expected a file name inside the step folder)"},
+      {[](nlohmann::json& m) { m["checksums"]["model.safetensors"] = "crc:12"; },
+       "bad checksum (key 'checksums.model.safetensors' is a string \"crc:12\", expected \"xxh64:\" and 16 hex digits)"},
+      {[](nlohmann::json& m) { m["format"] = "other-1"; },
+       "unknown format (key 'format' is a string \"other-1\", expected \"dptrain-checkpoint-1\")"},
+      {[](nlohmann::json& m) { m = nlohmann::json::array({1}); },
+       "wrong type (the document is a array [1], expected an object)"},
+  };
+  for (const auto& [change, what] : cases) {
+    write_text(step + "/meta.json", good);
+    edit_meta(step, change);
+    EXPECT_EQ(refusal([&] { load(); }), prefix + what);
+  }
+  write_text(step + "/meta.json", "{\"step\": ");
+  EXPECT_EQ(refusal([&] { load(); }).substr(0, prefix.size() + 19), prefix + "not valid JSON (par");
+  write_text(step + "/meta.json", good);
+  EXPECT_EQ(load().step, 1);
+}
+
+// Regression of scripts/fuzz-checkpoint.sh's finding: a number too large for a double is the JSON library's
+// out_of_range error, not a parse_error, and escaped the reader (exit 1 with the library's bare message).
+TEST(CheckpointMeta, ANumberBeyondDoubleIsRefusedAsInvalidJson) {
+  for (const char* text : {"7E8000", "{\"step\": 1e999}"}) {
+    const std::string message = refusal([&] { parse_checkpoint_meta("d/step-000001", text); });
+    EXPECT_EQ(message.substr(0, 60), "checkpoint 'd/step-000001': meta.json: not valid JSON (numbe") << message;
+  }
+}
+
+TEST(CheckpointDirectory, StaleTemporariesAndPruning) {
+  TemporaryDirectory dir("ckpt-dir");
+  for (const char* folder : {".step-000004.tmp", ".step-x.tmp", "step-000001", "step-000002", "step-000002-2",
+                             "step-000003", "notes.tmp", "step-000004"})
+    fs::create_directories(dir / folder);
+  write_text(dir / ".step-000005.tmp-file", "a file, not a folder");
+  EXPECT_EQ(remove_stale_temporaries(dir.path.string()), std::vector<std::string>{".step-000004.tmp"});
+  EXPECT_TRUE(fs::exists(dir / ".step-x.tmp"));
+  EXPECT_TRUE(fs::exists(dir / "notes.tmp"));
+  EXPECT_TRUE(fs::exists(dir / ".step-000005.tmp-file"));
+
+  EXPECT_EQ(step_folders(dir.path.string()),
+            (std::vector<std::string>{"step-000001", "step-000002", "step-000002-2", "step-000003", "step-000004"}));
+  // `latest` names the oldest (a resumed older checkpoint): it is kept whatever its age.
+  write_text(dir / "latest", "step-000001\n");
+  EXPECT_EQ(prune_steps(dir.path.string(), 2),
+            (std::vector<std::string>{"step-000002", "step-000002-2", "step-000003"}));
+  EXPECT_EQ(step_folders(dir.path.string()), (std::vector<std::string>{"step-000001", "step-000004"}));
+  EXPECT_TRUE(prune_steps(dir.path.string(), 0).empty());
+  write_text(dir / "latest", "step-000004\n");
+  EXPECT_EQ(prune_steps(dir.path.string(), 1), std::vector<std::string>{"step-000001"});
+  EXPECT_TRUE(fs::exists(dir / ".step-x.tmp"));
+}
+
+TEST(CheckpointDirectory, SaveIsCheckedAtSetUp) {
+  TemporaryDirectory dir("ckpt-setup");
+  TrainOptions options;
+  write_text(dir / "file", "not a directory");
+  options.save = dir / "file/ckpt";
+  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10); }),
+            fmt::format("--save: '{}' is in the path of '{}' and is not a directory (expected a directory or a path "
+                        "that can be created)",
+                        dir / "file", options.save));
+
+  options.save = dir / "ckpt";
+  prepare_save_directory(options, 1000, 10);  // nothing created before the ranks agree on --save
+  EXPECT_FALSE(fs::exists(options.save));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), {}), 1);
+  fs::create_directories(dir / "ckpt/step-000005");
+  write_text(dir / "ckpt/latest", "step-000005\n");
+  const std::string refused = fmt::format(
+      "--save: '{}' already holds checkpoints (latest: step-000005); pass --overwrite to replace them, --resume {} to "
+      "continue from them, or another --save directory",
+      options.save, options.save);
+  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10); }), refused);
+  options.resume = dir / "elsewhere";  // resuming from another directory does not make this one free to replace
+  fs::create_directories(options.resume);
+  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10); }), refused);
+  options.resume = dir / "ckpt/";  // the same directory, spelled differently: continues
+  prepare_save_directory(options, 1000, 10);
+  options.resume.clear();
+  options.overwrite = true;
+  fs::create_directories(dir / "ckpt/.step-000006.tmp");
+  prepare_save_directory(options, 1000, 10);
+  EXPECT_FALSE(fs::exists(dir / "ckpt/.step-000006.tmp"));
+  EXPECT_TRUE(fs::exists(dir / "ckpt/step-000005"));  // kept until the new run has a checkpoint of its own
+
+  EXPECT_EQ(checkpoint_bytes(1000, 10), 14u * 1000 + 2560 + 65536);
+  const std::uint64_t needed = std::uint64_t(1) << 62;  // 4 EiB: more than any test machine has
+  const std::string message = refusal([&] { require_free_space(options.save, needed); });
+  EXPECT_NE(message.find(fmt::format("--save: '{}' has ", options.save)), std::string::npos) << message;
+  EXPECT_NE(message.find(fmt::format(" bytes free, one checkpoint needs {} bytes", needed)), std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace dptrain
