@@ -307,14 +307,14 @@ void expect_user_error(const ModelConfig& c, std::initializer_list<const char*> 
 TEST(Validate, RejectsBadConfigsNamingTheValue) {
   EXPECT_TRUE(contains_token("got 0", "0"));
   EXPECT_FALSE(contains_token("[1, 1024]", "0"));
-  expect_user_error(make(256, 128, 0, 256, 4), {"layers", "0"});
-  expect_user_error(make(256, 128, -3, 256, 4), {"layers", "-3"});
-  expect_user_error(make(256, 128, 4, 10, 3), {"heads", "width", "10", "3"});
-  expect_user_error(make(256, 128, 4, 768, 5), {"heads", "width", "768", "5"});
-  expect_user_error(make(256, 128, 4, 256, 0), {"heads", "0"});
-  expect_user_error(make(1, 128, 4, 256, 4), {"vocab", "1"});
-  expect_user_error(make(256, 0, 4, 256, 4), {"seq", "0"});
-  expect_user_error(make(256, 128, 4, 0, 1), {"width", "0"});
+  expect_user_error(make(256, 128, 0, 256, 4), {"--layers", "0"});
+  expect_user_error(make(256, 128, -3, 256, 4), {"--layers", "-3"});
+  expect_user_error(make(256, 128, 4, 10, 3), {"--heads", "--width", "10", "3"});
+  expect_user_error(make(256, 128, 4, 768, 5), {"--heads", "--width", "768", "5"});
+  expect_user_error(make(256, 128, 4, 256, 0), {"--heads", "0"});
+  expect_user_error(make(1, 128, 4, 256, 4), {"--vocab", "1"});
+  expect_user_error(make(256, 0, 4, 256, 4), {"--seq", "0"});
+  expect_user_error(make(256, 128, 4, 0, 1), {"--width", "0"});
 }
 
 TEST(Validate, AcceptsGoodConfigs) {

@@ -123,14 +123,27 @@ TEST_F(StopSignal, WithoutSaveTheLineSaysNothingWasSaved) {
 
 // Open MPI's mpirun (4.1) forwards SIGTERM to the ranks after odls_base_sigkill_timeout seconds and kills them
 // that long again later; it then exits 1 whatever the ranks returned. The ranks have the timeout to finish the
-// step and save (10 s here; the default is 1 s, which a tiny model's step and save fit in as well).
+// step and save (10 s here; the default is 1 s, which a tiny model's step and save fit in as well). Once signalled,
+// mpirun stops reading the ranks' output: a rank printing a line per step blocks on the full pipe and never gets to
+// save, so a job that a scheduler may stop runs with --quiet (and --log for its records), as this one does.
 TEST_F(StopSignal, SigtermToMpirunStopsBothRanksAtOneStepWithACheckpoint) {
   const std::string command = "env OMPI_MCA_odls_base_sigkill_timeout=10 " + testing::mpiexec(2, 300) + " " +
-                              dptrain("--steps 100000 --batch 8 --save " + (dir_ / "mpi"));
+                              dptrain("--steps 100000 --batch 8 --quiet --save " + (dir_ / "mpi"));
   // `timeout` would take the signal in mpirun's place: signal mpirun itself.
   const std::string bare = command.substr(0, command.find("timeout ")) + command.substr(command.find(MPIEXEC));
-  const int step = stop_after_a_step(bare, SIGTERM, 1, "mpi");
+  Spawned run(bare, dir_ / "mpi.out");
+  ASSERT_FALSE(run.wait_for(R"(peak [0-9.]+ GFLOP/s per rank)", 120s).empty()) << run.output();
+  std::this_thread::sleep_for(1s);  // steps are running (a few hundred a second)
+  run.signal(SIGTERM);
+  EXPECT_EQ(run.wait_exit(60s), 1) << run.output();
+  std::smatch match;
+  const std::string output = run.output();
+  ASSERT_TRUE(std::regex_search(output, match,
+                                std::regex(R"(dptrain: stopped by SIGTERM after step (\d+) of 100000; checkpoint saved in)")))
+      << output;
+  const int step = std::stoi(match[1].str());
   ASSERT_GT(step, 0);
+  EXPECT_EQ(testing::file_bytes(dir_ / "mpi/latest"), fmt::format("step-{:06d}\n", step)) << output;
   // Both ranks wrote their shard of the same step.
   const auto resumed = run_command(testing::mpiexec(2) + " " +
                                    dptrain(fmt::format("--steps {} --batch 8 --resume {}", step + 1, dir_ / "mpi")));
