@@ -39,4 +39,7 @@ check_bad_input "-f: step factor must be an integer of at least 2, got 1" -f 1
 check_bad_input "--algo: unknown algorithm 'star' (expected ring, tree or native)" --algo star
 check_bad_input "-d: unknown dtype 'fp16' (expected bf16 or fp32)" -d fp16
 check_bad_input "-b: bad size '3X'" -b 3X
+# Messages larger than the memory the host has: refused with the estimate before anything is allocated.
+check_bad_input "-e: messages of up to 1.00 TiB need about" -b 1024G -e 1024G
+grep -qF "is available: lower -e (and -b)" "$out/bad.err" || { echo "FAIL -e 1024G:"; cat "$out/bad.err"; exit 1; }
 echo "dpbench: all checks passed"
