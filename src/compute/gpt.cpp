@@ -69,6 +69,11 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
   host_tokens_.resize(2 * N);
 }
 
+// The compute weights of flat element `offset`, inside range r whose view starts at `base`.
+const void* Gpt::weight_at(const void* base, FlatRange r, std::size_t offset) const {
+  return offset_bytes(base, offset - r.begin, element_size(backend_.weight_dtype()));
+}
+
 void* Gpt::grad_at(void* grads, std::size_t offset) const {
   return static_cast<std::byte*>(grads) + offset * grad_bytes_;
 }
@@ -87,20 +92,17 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
   device_.upload(inputs_, host_tokens_.data(), N * sizeof(std::int32_t));
   device_.upload(targets_, host_tokens_.data() + N, N * sizeof(std::int32_t));
   Backend& be = backend_;
-  const std::size_t wb = element_size(be.weight_dtype());
-  // The weights of tensor `offset` inside a range acquired at `base`.
-  auto at = [wb](const void* base, FlatRange r, std::size_t offset) { return offset_bytes(base, offset - r.begin, wb); };
 
   const FlatRange emb = layout_.embeddings();
   const void* E = weights.acquire(emb);
-  be.embedding_forward(embedded_, inputs_, at(E, emb, layout_.wte()), at(E, emb, layout_.wpe()), N, T, C);
+  be.embedding_forward(embedded_, inputs_, weight_at(E, emb, layout_.wte()), weight_at(E, emb, layout_.wpe()), N, T, C);
   const void* x = embedded_;
   for (int l = 0; l < c.layers; ++l) {
     const BlockOffsets& p = layout_.block(l);
     const FlatRange r = layout_.block_range(l);
     LayerActivations& a = layers_[l];
     const void* W = weights.acquire(r);
-    auto w = [&](std::size_t offset) { return at(W, r, offset); };
+    auto w = [&](std::size_t offset) { return weight_at(W, r, offset); };
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w(p.ln1_w), w(p.ln1_b), N, C);
     be.matmul_forward(a.qkv, a.ln1, w(p.qkv_w), w(p.qkv_b), N, T, C, 3 * C);
     be.attention_forward(a.atty, a.probs, a.qkv, n, T, C, NH);
@@ -116,11 +118,11 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
   }
   const FlatRange fin = layout_.final_norm();
   const void* F = weights.acquire(fin);
-  be.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, at(F, fin, layout_.lnf_w()), at(F, fin, layout_.lnf_b()), N,
-                       C);
+  be.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, weight_at(F, fin, layout_.lnf_w()),
+                       weight_at(F, fin, layout_.lnf_b()), N, C);
   weights.release(fin);
   const void* head = weights.acquire(emb);  // the tied head
-  be.matmul_forward(logits_, lnf_, at(head, emb, layout_.wte()), nullptr, N, T, C, V);
+  be.matmul_forward(logits_, lnf_, weight_at(head, emb, layout_.wte()), nullptr, N, T, C, V);
   weights.release(emb);
   weights.release(emb);
   be.softmax_cross_entropy_forward(logits_, losses_, targets_, N, V, loss_sum);
@@ -131,8 +133,6 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
   const ModelConfig& c = layout_.config();
   const std::size_t T = c.seq, C = c.width, V = c.vocab, NH = c.heads, N = n_ * T;
   Backend& be = backend_;
-  const std::size_t wb = element_size(be.weight_dtype());
-  auto at = [wb](const void* base, FlatRange r, std::size_t offset) { return offset_bytes(base, offset - r.begin, wb); };
   auto g = [&](std::size_t offset) { return grad_at(G, offset); };
   auto zero = [&](void* data, std::size_t elements) { device_.zero(data, elements * act_bytes_); };
   auto notify = [&](FlatRange r) {
@@ -146,14 +146,14 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
   const void* head = weights.acquire(emb);
   // The tied wte gets two terms, the head's now and the embedding lookup's last. The head's is summed apart and
   // added once the gradient is complete, so each term is a sum in window order however the batch is split.
-  be.matmul_backward(d_ln_, head_grad_, nullptr, logits_, lnf_, at(head, emb, layout_.wte()), N, T, C, V);
+  be.matmul_backward(d_ln_, head_grad_, nullptr, logits_, lnf_, weight_at(head, emb, layout_.wte()), N, T, C, V);
   weights.release(emb);
   zero(d_stream_, N * C);
   const FlatRange fin = layout_.final_norm();
   const void* F = weights.acquire(fin);
   const void* last = c.layers > 0 ? layers_.back().out : embedded_;
   be.layernorm_backward(d_stream_, g(layout_.lnf_w()), g(layout_.lnf_b()), d_ln_, last,
-                        at(F, fin, layout_.lnf_w()), lnf_mean_, lnf_rstd_, N, C);
+                        weight_at(F, fin, layout_.lnf_w()), lnf_mean_, lnf_rstd_, N, C);
   weights.release(fin);
   notify(fin);
 
@@ -165,7 +165,7 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
     LayerActivations& a = layers_[l];
     const void* x = l > 0 ? layers_[l - 1].out : embedded_;
     const void* W = weights.acquire(r);
-    auto w = [&](std::size_t offset) { return at(W, r, offset); };
+    auto w = [&](std::size_t offset) { return weight_at(W, r, offset); };
     // MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))).
     zero(d_fch_gelu_, N * 4 * C);
     be.matmul_backward(d_fch_gelu_, g(p.fc_proj_w), g(p.fc_proj_b), d_stream_, a.fch_gelu, w(p.fc_proj_w), N, T,

@@ -47,14 +47,11 @@ void DataParallelEngine::micro_step(const std::int32_t* windows, float dloss, bo
 
 // Each rank sums the squares of its own slices into the device accumulator: every element counted once, and (the
 // ranks' sums added in rank order) the same bits at every stage and on every rank.
-double DataParallelEngine::global_grad_norm_squared_local() {
+void DataParallelEngine::add_own_squares() {
   double* sum_of_squares = accumulators_.as<double>() + 1;
   for (std::size_t u = 0; u < plan_.units().size(); ++u)
     backend_.sum_of_squares(gradient_slice(u), plan_.units()[u].owned(group_.rank).size(), settings_.grad_dtype,
                             sum_of_squares);
-  double local[2];  // the step's only read of device values: loss sum, Σ g²
-  device().download(local, accumulators_.data(), sizeof(local));
-  return local[1];
 }
 
 StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t global_windows,
@@ -77,14 +74,14 @@ StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t glo
     for (std::size_t u = 0; u < units; ++u) launch_gradient(u);
   wait_for_comm(gradient_tickets_[units - 1], "gradient");
 
-  const double local_sum_of_squares = global_grad_norm_squared_local();
-  double local_loss = 0;
-  device().download(&local_loss, accumulators_.data(), sizeof(double));
+  add_own_squares();
+  double local[2];  // the step's only read of device values: this rank's loss sum and Σ g²
+  device().download(local, accumulators_.data(), sizeof(local));
   double loss_total = 0, sum_of_squares = 0;
   run_on_comm_executor(
       [&] {
-        loss_total = group_.sum_scalar(local_loss);
-        sum_of_squares = group_.sum_scalar(local_sum_of_squares);
+        loss_total = group_.sum_scalar(local[0]);
+        sum_of_squares = group_.sum_scalar(local[1]);
       },
       "the sum of the loss and gradient norm over ranks");
   result.loss = loss_total / double(global_windows * std::size_t(c.seq));

@@ -65,6 +65,7 @@ class Gpt {
     void* out;                     // [N,C] stream after the MLP branch (the block's output)
   };
 
+  const void* weight_at(const void* base, FlatRange r, std::size_t offset) const;
   void* grad_at(void* grads, std::size_t offset) const;
 
   const ParameterLayout& layout_;

@@ -186,7 +186,7 @@ class DataParallelEngine {
   WeightAccess weights_for(const std::vector<std::size_t>& pass_order);
   void micro_step(const std::int32_t* windows, float dloss, bool last, StepResult& result);
   void gradient_ready(FlatRange range, bool last, StepResult& result);
-  double global_grad_norm_squared_local();
+  void add_own_squares();  // Σ g² of this rank's slices into the accumulator
   void update(const OptimizerSettings& optimizer, float grad_scale, StepResult& result);
 
   ParameterLayout layout_;
