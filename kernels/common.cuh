@@ -17,6 +17,16 @@ namespace dptrain::kernels {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// How a kernel is launched: grid, block and bytes of dynamic shared memory. Each kernel file's host-side launch
+// functions compute it from the shape, so the CUDA backend and the kernel tests launch every kernel alike. Grids
+// never depend on the device (its SM count): the bits a kernel computes must not either.
+struct Launch {
+  dim3 grid, block;
+  std::size_t shared_bytes = 0;
+};
+
+constexpr unsigned ceil_div(std::size_t a, std::size_t b) { return unsigned((a + b - 1) / b); }
+
 // BF16 ↔ fp32 with the rounding of core/bf16.hpp (nearest, ties to even; NaN stays a quiet NaN).
 __host__ __device__ __forceinline__ float to_f32(bf16 x) {
   const std::uint32_t u = std::uint32_t(x.bits) << 16;
@@ -40,3 +50,13 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 }  // namespace dptrain::kernels
+
+// The block's dynamic shared memory (Launch::shared_bytes of it) as an array of `type`, 16-byte aligned. One
+// buffer per block, whatever the kernel calls it.
+#if defined(__CUDACC__)
+#define DPTRAIN_DYNAMIC_SHARED(type, name)                         \
+  extern __shared__ __align__(16) unsigned char dptrain_shared[]; \
+  type* name = reinterpret_cast<type*>(dptrain_shared)
+#else
+#define DPTRAIN_DYNAMIC_SHARED(type, name) type* name = cuda_on_cpu::dynamic_shared<type>()
+#endif

@@ -1,7 +1,7 @@
 // Elementwise kernels on BF16 activations with fp32 arithmetic: the tanh-approximate GELU and its backward, and
 // the ring's BF16 reduce-add (fp32 add, one rounding: what NCCL does per hop). Grid-stride loops, so any grid
 // covers any n.
-#include "common.cuh"
+#include "elementwise.cuh"
 
 namespace dptrain::kernels {
 

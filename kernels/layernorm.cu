@@ -1,7 +1,7 @@
 // LayerNorm forward on BF16 rows with fp32 statistics: one warp per row, the mean and the variance each a
 // warp-wide sum (lanes stride over the row, then a butterfly), so every run gives the same bits. Two passes over
 // the row (mean, then Σ(x − mean)²) as the CPU backend does: no catastrophic cancellation on rows far from zero.
-#include "common.cuh"
+#include "layernorm.cuh"
 
 namespace dptrain::kernels {
 

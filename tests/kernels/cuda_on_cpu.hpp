@@ -3,7 +3,8 @@
 // __syncthreads is a std::barrier every thread of the block reaches, and ThreadSanitizer can see races in shared
 // memory. What it allows (../CUDA.md, "Testing without a GPU"): __global__/__device__ functions, blockIdx,
 // threadIdx, blockDim, gridDim, static __shared__ arrays (one block runs at a time, so a static variable is the
-// block's shared memory), __syncthreads reached by every thread, full-mask __shfl_xor_sync/__shfl_down_sync within
+// block's shared memory), one dynamic shared buffer per block (DPTRAIN_DYNAMIC_SHARED in kernels/common.cuh, sized
+// by the launch), __syncthreads reached by every thread, full-mask __shfl_xor_sync/__shfl_down_sync within
 // warps of 32 (blockDim.x a multiple of 32), and launch<<<>>> through `launch(kernel, grid, block, args...)`.
 // Not allowed: warp-synchronous code without a shuffle, inline PTX, tensor cores, spinning on other blocks' flags.
 #pragma once
@@ -45,11 +46,15 @@ struct Warp {
 };
 
 struct Block {
-  explicit Block(unsigned threads) : sync(threads) {
+  Block(unsigned threads, std::size_t shared_bytes) : sync(threads), shared((shared_bytes + 15) / 16) {
     for (unsigned w = 0; w < threads / kWarpSize; ++w) warps.push_back(std::make_unique<Warp>(kWarpSize));
   }
   std::barrier<> sync;
   std::vector<std::unique_ptr<Warp>> warps;
+  struct alignas(16) Chunk {
+    unsigned char bytes[16];
+  };
+  std::vector<Chunk> shared;  // the dynamic shared memory, uninitialised as on the GPU (here zeroed)
 };
 
 struct ThreadState {
@@ -74,14 +79,19 @@ T shuffle(T value, unsigned source_lane) {
   return result;
 }
 
-// Runs kernel<<<grid, block>>>(args...) to completion. Only the x dimensions are used by the kernels so far.
+template <typename T>
+T* dynamic_shared() {
+  return reinterpret_cast<T*>(self.block->shared.data());
+}
+
+// Runs kernel<<<grid, block, shared_bytes>>>(args...) to completion. Only the x dimensions are used so far.
 template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, dim3 block, Args... args) {
+void launch_shared(Kernel kernel, dim3 grid, dim3 block, std::size_t shared_bytes, Args... args) {
   const unsigned threads = block.x * block.y * block.z;
   if (block.y != 1 || block.z != 1 || threads % kWarpSize != 0)
     throw std::invalid_argument("cuda_on_cpu: blocks must be 1-D with a multiple of 32 threads");
   for (unsigned b = 0; b < grid.x * grid.y * grid.z; ++b) {
-    Block state(threads);
+    Block state(threads, shared_bytes);
     std::vector<std::thread> team;
     team.reserve(threads);
     for (unsigned t = 0; t < threads; ++t)
@@ -91,6 +101,18 @@ void launch(Kernel kernel, dim3 grid, dim3 block, Args... args) {
       });
     for (std::thread& thread : team) thread.join();
   }
+}
+
+template <typename Kernel, typename... Args>
+void launch(Kernel kernel, dim3 grid, dim3 block, Args... args) {
+  launch_shared(kernel, grid, block, 0, args...);
+}
+
+// With a kernel file's launch description (kernels::Launch).
+template <typename Kernel, typename LaunchT, typename... Args>
+  requires requires(LaunchT l) { l.shared_bytes; }
+void launch(Kernel kernel, const LaunchT& l, Args... args) {
+  launch_shared(kernel, l.grid, l.block, l.shared_bytes, args...);
 }
 
 }  // namespace cuda_on_cpu

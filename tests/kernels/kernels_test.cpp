@@ -91,9 +91,7 @@ TEST_F(Kernels, LayerNormForwardMatchesTheCpuBackend) {
     cpu->layernorm_forward(ref.data(), ref_mean.data(), ref_rstd.data(), inf.data(), wf.data(), bf.data(), s.N, s.C);
     std::vector<bf16> out(s.N * s.C);
     std::vector<float> mean(s.N, NAN), rstd(s.N, NAN);
-    const unsigned warps = 4;
-    cuda_on_cpu::launch(kernels::layernorm_forward, dim3(unsigned((s.N + warps - 1) / warps)), dim3(32 * warps),
-                        out.data(), mean.data(), rstd.data(), in.data(), w.data(), b.data(), s.N, s.C);
+    cuda_on_cpu::launch(kernels::layernorm_forward, kernels::layernorm_forward_launch(s.N), out.data(), mean.data(), rstd.data(), in.data(), w.data(), b.data(), s.N, s.C);
     for (std::size_t r = 0; r < s.N; ++r) {
       double scale = 0;  // the row's largest |x|: the size of the terms summed
       for (std::size_t c = 0; c < s.C; ++c) scale = std::max(scale, double(std::abs(inf[r * s.C + c])));

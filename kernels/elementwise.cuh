@@ -1,0 +1,18 @@
+// Elementwise kernels on BF16 with fp32 arithmetic (elementwise.cu): GELU forward and backward, and the ring's
+// BF16 reduce-add. One launch shape for all: grid-stride loops over n.
+#pragma once
+#include "common.cuh"
+
+namespace dptrain::kernels {
+
+__global__ void gelu_forward(bf16* out, const bf16* in, std::size_t n);                      // out = gelu(in)
+__global__ void gelu_backward(bf16* din, const bf16* in, const bf16* dout, std::size_t n);   // din += dout·gelu'(in)
+__global__ void reduce_add_bf16(bf16* acc, const bf16* incoming, std::size_t n);             // acc = bf16(acc + in)
+
+// 256 threads per block, one element per thread up to 65,536 blocks, then grid-stride.
+inline Launch elementwise_launch(std::size_t n) {
+  const std::size_t blocks = n == 0 ? 1 : (n + 255) / 256;
+  return {dim3(unsigned(blocks < 65536 ? blocks : 65536)), dim3(256), 0};
+}
+
+}  // namespace dptrain::kernels
