@@ -7,7 +7,9 @@ LayerNorm and an LM head tied to the token embedding; the loss is the mean cross
 and [out, in] shapes are those of the flat layout (include/dptrain/model/layout.hpp). Attention is the plain math,
 softmax(QKᵀ/√d + causal mask)·V (torch 1.13 has no scaled_dot_product_attention).
 
-  bench  train in fp32 eager mode on random tokens with AdamW and print `pytorch_tokens_per_s <value>`
+  bench  train on random tokens with AdamW and print `pytorch_tokens_per_s <value>`: on the CPU in fp32 eager mode;
+         with --device cuda (torch ≥ 2) in BF16 autocast with scaled_dot_product_attention (flash/cuDNN attention),
+         fused AdamW, and with --compile through torch.compile — the peer of dptrain's cuda backend
   check  load weights from a safetensors file, run one forward/backward on the given windows, print the mean loss,
          gradient norms, torch version and FNV-1a hashes of the weights and windows it used (JSON) and optionally
          write the whole gradient (tests/compute/pytorch_reference_test and its committed fixture
@@ -16,6 +18,7 @@ softmax(QKᵀ/√d + causal mask)·V (torch 1.13 has no scaled_dot_product_atten
 Run with Debian's /usr/bin/python3 (torch 1.13, numpy).
 """
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -27,6 +30,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+
+USE_SDPA = False  # bench --device cuda: the fused attention kernels of torch ≥ 2
 
 
 class Attention(nn.Module):
@@ -44,9 +50,12 @@ class Attention(nn.Module):
         q = q.view(B, T, self.heads, hs).transpose(1, 2)  # [B, NH, T, hs]
         k = k.view(B, T, self.heads, hs).transpose(1, 2)
         v = v.view(B, T, self.heads, hs).transpose(1, 2)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # [B, NH, T, T]
-        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
-        y = F.softmax(scores, dim=-1) @ v  # [B, NH, T, hs]
+        if USE_SDPA:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, NH, T, hs]
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # [B, NH, T, T]
+            scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
+            y = F.softmax(scores, dim=-1) @ v  # [B, NH, T, hs]
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H))
 
 
@@ -103,38 +112,49 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def adamw(model, lr=3e-4):
+def adamw(model, lr=3e-4, **options):
     # Decay 2-D tensors (matrices and embeddings) only, as the flat layout marks them.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8, **options)
 
 
 def bench(args):
     if args.steps < 3:
         raise SystemExit(f"gpt_reference: --steps must be at least 3 (2 warm-up + 1 timed), got {args.steps}")
+    global USE_SDPA
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = Gpt(args.vocab, args.seq, args.layers, args.width, args.heads)
-    optimizer = adamw(model)
+    cuda = args.device == "cuda"
+    USE_SDPA = cuda
+    model = Gpt(args.vocab, args.seq, args.layers, args.width, args.heads).to(args.device)
+    optimizer = adamw(model, fused=True) if cuda else adamw(model)
+    step_model = torch.compile(model) if args.compile else model
     generator = torch.Generator().manual_seed(args.seed + 1)
     tokens_per_step = args.batch * args.seq
     times = []
     for step in range(args.steps):
-        windows = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=generator)
+        windows = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=generator).to(args.device)
+        if cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = model(windows[:, :-1], windows[:, 1:])
+        with torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext():
+            loss = step_model(windows[:, :-1], windows[:, 1:])
         loss.backward()
         optimizer.step()
+        if cuda:
+            torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         times.append(elapsed)
         print(f"step {step} loss {loss.item():.4f} time {elapsed * 1e3:.1f} ms"
               f"{' (warm-up)' if step < 2 else ''}", file=sys.stderr)
     median = statistics.median(times[2:])
     params = sum(p.numel() for p in model.parameters())
-    print(f"torch {torch.__version__}, {args.threads} threads, {params} parameters, {tokens_per_step} tokens/step, "
+    where = f"{torch.cuda.get_device_name()}, BF16 autocast, SDPA{', torch.compile' if args.compile else ''}" \
+        if cuda else f"{args.threads} threads"
+    print(f"torch {torch.__version__}, {where}, {params} parameters, {tokens_per_step} tokens/step, "
           f"median step {median * 1e3:.1f} ms over {len(times) - 2} steps", file=sys.stderr)
     print(f"pytorch_tokens_per_s {tokens_per_step / median:.1f}")
 
@@ -226,6 +246,8 @@ def main():
                                                          "rest is reported")
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--seed", type=int, default=1234)
+    b.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    b.add_argument("--compile", action="store_true", help="torch.compile the model (cuda)")
     c = sub.add_parser("check", help="loss and gradient norms of the weights in a safetensors file")
     c.add_argument("--safetensors", required=True)
     c.add_argument("--heads", type=int, required=True, help="not recorded in the weights")

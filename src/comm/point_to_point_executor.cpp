@@ -95,14 +95,14 @@ void PointToPointExecutor::plan(const Schedule& schedule, std::size_t piece_elem
 
 void PointToPointExecutor::run(Transport& transport, const Schedule& schedule, void* data, DType dtype,
                                const ReduceAdd& reduce_add, Scratch& scratch, std::size_t piece_bytes) {
+  const std::size_t element = element_size(dtype);
+  plan(schedule, std::max<std::size_t>(1, piece_bytes / element));
+  if (sends_.empty() && receives_.empty()) return;  // one rank: nothing moves, wherever the data lives
   if (!scratch.memory().host_accessible()) {
     throw std::logic_error(
         "point-to-point executor: the receive scratch is in memory the host cannot access; the MPI transport "
         "adds on the host, so make_collectives needs host-accessible Memory (or a device transport)");
   }
-  const std::size_t element = element_size(dtype);
-  plan(schedule, std::max<std::size_t>(1, piece_bytes / element));
-  if (sends_.empty() && receives_.empty()) return;
 
   auto* base = static_cast<std::byte*>(data);
   const std::size_t slots = std::min(kReceiveWindow, reduce_pieces_);

@@ -1,14 +1,52 @@
-// The backends of this build, by name.
+// The backends of this build, by name, and whether one can run on this node.
+#include <fmt/format.h>
+
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
 
-std::vector<std::string> backend_names() { return {"cpu"}; }
+std::vector<std::string> backend_names() {
+#ifdef DPTRAIN_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
 
-std::unique_ptr<Backend> make_backend(std::string_view name) {
+std::string backend_unavailable(std::string_view name, Placement placement) {
+  if (name == "cpu") return "";
+  if (name != "cuda") return fmt::format("--device: unknown device '{}' (expected auto, cpu or cuda)", name);
+#ifdef DPTRAIN_HAVE_CUDA
+  std::string reason;
+  const int gpus = visible_gpu_count(&reason);
+  if (gpus == 0) return fmt::format("--device cuda: no usable GPU: {}", reason);
+  if (placement.local_size > gpus)
+    return fmt::format("--device cuda: {} ranks on this node but {} GPU(s) visible (one rank per GPU; start at most "
+                       "{} ranks per node or set CUDA_VISIBLE_DEVICES)",
+                       placement.local_size, gpus, gpus);
+  return "";
+#else
+  return "--device cuda: this build has no CUDA backend (nvcc was not found, or -DDPTRAIN_CUDA=OFF); use --device "
+         "cpu";
+#endif
+}
+
+std::string auto_backend_name() {
+#ifdef DPTRAIN_HAVE_CUDA
+  if (visible_gpu_count() > 0) return "cuda";
+#endif
+  return "cpu";
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement) {
+  if (const std::string why = backend_unavailable(name, placement); !why.empty()) throw UserError(why);
   if (name == "cpu") return make_cpu_backend();
-  fail("unknown compute backend '{}' (this build has: cpu)", name);
+#ifdef DPTRAIN_HAVE_CUDA
+  return make_cuda_backend(placement.local_rank);
+#else
+  fail("unreachable: backend '{}'", name);
+#endif
 }
 
 }  // namespace dptrain

@@ -140,7 +140,7 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
   };
 
   // LM head (tied to wte) and final LayerNorm.
-  be.softmax_cross_entropy_backward(logits_, targets_, dloss, N, V);
+  be.softmax_cross_entropy_backward(logits_, losses_, targets_, dloss, N, V);
   zero(d_ln_, N * C);
   const FlatRange emb = layout_.embeddings();
   const void* head = weights.acquire(emb);

@@ -2,6 +2,8 @@
 #include "dptrain/cost/hardware.hpp"
 
 #include <array>
+#include <cctype>
+#include <string>
 
 #include "dptrain/core/error.hpp"
 
@@ -34,6 +36,17 @@ const Preset* find_by_name(const std::array<Preset, Count>& presets, std::string
 
 std::span<const DevicePreset> device_presets() { return kDevicePresets; }
 const DevicePreset* find_device_preset(std::string_view name) { return find_by_name(kDevicePresets, name); }
+
+const DevicePreset* device_preset_for_gpu(std::string_view gpu_name) {
+  // "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB"; the PCIe H100 has another peak (756).
+  if (gpu_name.find("PCIe") != std::string_view::npos) return nullptr;
+  for (const DevicePreset& preset : kDevicePresets) {
+    std::string upper(preset.name);
+    for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+    if (gpu_name.find(upper) != std::string_view::npos) return &preset;
+  }
+  return nullptr;
+}
 
 std::span<const ModelPreset> model_presets() { return kModelPresets; }
 const ModelPreset* find_model_preset(std::string_view name) { return find_by_name(kModelPresets, name); }

@@ -1,7 +1,6 @@
-// Link calibration, link files, the sgemm probe and the α–β time of recorded calls.
+// Link calibration, link files and the α–β time of recorded calls.
 #include "dptrain/train/link_model.hpp"
 
-#include <cblas.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -90,23 +89,6 @@ double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& lin
     case CollectiveOp::all_gather: kind = cost::Collective::ring_all_gather; break;
   }
   return cost::collective_cost(kind, ranks, double(call.bytes), link).seconds;
-}
-
-double measure_sgemm_flops() {
-  const int n = 512;
-  std::vector<float> a(std::size_t(n) * n, 0.5f), b(a), c(a.size());
-  auto gemm = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
-                n);
-  };
-  gemm();  // warm-up: thread pool and caches
-  double best = 1e30;
-  for (int i = 0; i < 8; ++i) {
-    const Stopwatch watch;
-    gemm();
-    best = std::min(best, watch.seconds());
-  }
-  return 2.0 * n * n * double(n) / best;
 }
 
 }  // namespace dptrain

@@ -10,13 +10,14 @@ namespace dptrain {
 namespace {
 
 constexpr const char* kCategories[] = {"weights",     "gradients",      "optimizer",    "communication_buffers",
-                                       "activations", "working_copies", "peak_resident"};
+                                       "activations", "working_copies", "peak_resident",
+                                       "device_in_use"};
 
 }  // namespace
 
-std::vector<double> memory_figures(const MemoryUse& use, double peak_resident) {
+std::vector<double> memory_figures(const MemoryUse& use, double peak_resident, double device_in_use) {
   return {double(use.weights),     double(use.gradients),      double(use.optimizer), double(use.communication),
-          double(use.activations), double(use.working_copies), peak_resident};
+          double(use.activations), double(use.working_copies), peak_resident,         device_in_use};
 }
 
 double peak_resident_bytes() {

@@ -142,6 +142,9 @@ std::vector<TrainOption> make_table() {
             saved),
       entry("--eval-windows", "Validation windows per evaluation", DPTRAIN_FIELD(eval_windows), all, saved),
 
+      // Agreed as the device it resolves to (auto may differ between hosts), in Trainer::connect.
+      entry("--device", "Compute device: auto (cuda where built with it and a GPU is visible), cpu or cuda",
+            DPTRAIN_FIELD(device), own, unsaved),
       entry("--allreduce", "Gradient all-reduce: ring, tree or native (the MPI library's)", DPTRAIN_FIELD(allreduce),
             all, saved),
       entry("--grad-dtype", "Gradient and wire type: bf16 or fp32", DPTRAIN_FIELD(grad_dtype), all, saved),

@@ -81,6 +81,8 @@ void validate(const TrainOptions& o, int world_size) {
           "--batch {} is not divisible by ranks × --grad-accum = {} × {}: every micro-step needs the same number of "
           "windows",
           o.batch, world_size, o.grad_accum);
+  require(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
+          "--device: unknown device '{}' (expected auto, cpu or cuda)", o.device);
   require(o.allreduce == "ring" || o.allreduce == "tree" || o.allreduce == "native",
           "--allreduce: unknown algorithm '{}' (expected ring, tree or native)", o.allreduce);
 }

@@ -15,6 +15,7 @@
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
+#include "dptrain/cost/hardware.hpp"
 #include "dptrain/train/checkpoint.hpp"
 #include "dptrain/train/checkpoint_directory.hpp"
 #include "dptrain/train/memory_estimate.hpp"
@@ -30,9 +31,17 @@ namespace dptrain {
 
 Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
   validate(options_, world_.size());
-  // Before anything large is allocated: a run that cannot fit is refused with the estimate and what is available.
-  require_memory_fits(estimate_run_memory(options_, world_.size()), options_, world_.local_size(),
-                      available_memory_bytes());
+  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device,
+                          {.local_rank = world_.local_rank(), .local_size = world_.local_size()});
+  require(backend_->name() == "cpu" || world_.size() == 1,
+          "--device {}: {} ranks need a transport between GPUs (NCCL), which this build does not have yet; run one "
+          "rank per job on a GPU, or --device cpu",
+          backend_->name(), world_.size());
+  // Before anything large is allocated: a run that cannot fit is refused with the estimate and what is available
+  // (the GPU's free memory, each rank having its own; else the host's, shared by the node's ranks).
+  const bool own_memory = backend_->device().memory_free() > 0;
+  require_memory_fits(estimate_run_memory(options_, world_.size()), options_, own_memory ? 1 : world_.local_size(),
+                      own_memory ? double(backend_->device().memory_free()) : available_memory_bytes());
   threads_ = options_.threads > 0
                  ? options_.threads
                  : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world_.local_size()));
@@ -43,7 +52,6 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   local_windows_ = std::size_t(options_.batch / world_.size());
   windows_.resize(local_windows_ * std::size_t(options_.model.seq + 1));
 
-  backend_ = make_cpu_backend();
   RankGroup group;
   group.rank = world_.rank();
   group.size = world_.size();
@@ -88,6 +96,8 @@ void Trainer::connect() {
   const std::string tokens = fmt::format("{} tokens, fnv1a {:016x}", data_->train_tokens() + data_->val_tokens(),
                                          data_->tokens_hash());
   values.push_back({"--data", tokens, fmt::format("{} ({})", options_.data, tokens)});
+  // --device auto may resolve differently on hosts with and without GPUs.
+  values.push_back({"--device", backend_->name(), fmt::format("{} ({})", options_.device, backend_->name())});
   values.push_back({"--resume", std::to_string(first_step_),
                     fmt::format("{} at step {}", options_.resume.empty() ? "none" : options_.resume, first_step_)});
   require_same_on_every_rank(world_, values);
@@ -101,9 +111,17 @@ void Trainer::connect() {
     const std::size_t gradient_bytes = engine_->layout().total() * element_size(options_.grad_dtype);
     link_ = calibrate_link(*collectives_, std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0);
   }
-  // Every rank probes its own GEMM rate (they share the node's cores, as in training); the model uses the mean.
-  const double probe = options_.peak_tflops > 0 ? options_.peak_tflops * 1e12 : measure_sgemm_flops();
-  peak_flops_ = world_.sum_in_rank_order(probe) / world_.size();
+  // MFU's peak: the flag, else a known GPU's datasheet figure, else a GEMM probe on every rank (on the cpu they
+  // share the node's cores, as in training); the model uses the mean.
+  const cost::DevicePreset* gpu =
+      backend_->name() == "cpu" ? nullptr : cost::device_preset_for_gpu(backend_->device().name());
+  const double peak = options_.peak_tflops > 0 ? options_.peak_tflops * 1e12
+                      : gpu                    ? gpu->peak_flops
+                                               : backend_->measure_gemm_flops();
+  peak_source_ = options_.peak_tflops > 0 ? "--peak-tflops"
+                 : gpu                    ? fmt::format("{} datasheet, dense BF16", gpu->label)
+                                          : fmt::format("{} GEMM probe", backend_->name());
+  peak_flops_ = world_.sum_in_rank_order(peak) / world_.size();
   engine_->set_collectives(collectives_.get());
 }
 
@@ -168,8 +186,8 @@ int Trainer::run() {
                   dtype_name(options_.grad_dtype), options_.allreduce));
   say(fmt::format("dptrain | ZeRO {} | {} units (bucket {} MiB) | overlap {}", options_.zero, plan.units().size(),
                   options_.bucket_mb, options_.no_overlap ? "off" : "on"));
-  say(fmt::format("dptrain | link {} | peak {:.1f} GFLOP/s per rank ({})", link_.description, peak_flops_ / 1e9,
-                  options_.peak_tflops > 0 ? "--peak-tflops" : "sgemm probe"));
+  say(fmt::format("dptrain | device {} ({}) | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
+                  backend_->device().name(), link_.description, peak_flops_ / 1e9, peak_source_));
   const RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
                        .tokens_per_step = tokens_per_step,
                        .steps = options_.steps,
@@ -250,7 +268,8 @@ int Trainer::run() {
 }
 
 void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
-  const std::vector<double> mine = memory_figures(engine_->memory(), peak_resident_bytes());
+  const std::vector<double> mine =
+      memory_figures(engine_->memory(), peak_resident_bytes(), double(backend_->device().memory_in_use()));
   const RunSummary summary = run_summary({.options = options_,
                                           .run = run,
                                           .totals = totals,

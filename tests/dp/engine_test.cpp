@@ -16,6 +16,9 @@ namespace {
 
 class EngineStages : public ::testing::TestWithParam<std::string> {
  protected:
+  void SetUp() override {
+    if (const std::string why = backend_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
   // Four blocks, one unit per block (bucket 0): units final norm, blocks 3 … 0, embeddings.
   ModelConfig config{.vocab = 19, .seq = 6, .layers = 4, .width = 16, .heads = 2};
   std::vector<std::int32_t> windows = [] {

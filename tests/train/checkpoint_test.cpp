@@ -74,7 +74,12 @@ TEST(Safetensors, DamagedFilesAreRefused) {
 }
 
 // On every backend of the build (backend_names()).
-class Checkpoint : public ::testing::TestWithParam<std::string> {};
+class Checkpoint : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {  // a backend of the build that cannot run here (cuda without a GPU) is skipped, named
+    if (const std::string why = backend_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
 
 TEST_P(Checkpoint, SaveAndLoadRestoreEveryByte) {
   TemporaryDirectory dir("ckpt");

@@ -45,6 +45,9 @@ class Backend {
   virtual DType weight_dtype() const = 0;  // of the compute weights (acquire_weights)
   virtual DType gradient_dtype() const = 0;
   virtual BackendGuarantees guarantees() const = 0;
+  // The best FLOP/s of a large square GEMM in the backend's matmul precision (fp32 sgemm on cpu, BF16 cuBLASLt on
+  // a GPU), measured now: MFU's peak where the device's datasheet figure is not known.
+  virtual double measure_gemm_flops() = 0;
 
   // ---- compute weights --------------------------------------------------------------------------------------
   // Room for `views` live views of up to `elements` weights each, reserved once (no allocation in the step), while
@@ -103,9 +106,11 @@ class Backend {
   // row order, in double).
   virtual void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets,
                                              std::size_t N, std::size_t V, double* loss_sum) = 0;
-  // probs[N,V] become dlogits in place: (p − onehot(target))·dloss.
-  virtual void softmax_cross_entropy_backward(void* probs, const std::int32_t* targets, float dloss,
-                                              std::size_t N, std::size_t V) = 0;
+  // probs[N,V] become dlogits in place: (p − onehot(target))·dloss. losses[N] are the forward's: a backend that
+  // stores probabilities in BF16 recomputes the target's p = exp(−loss) from them in fp32 (a rounded p near 1
+  // would lose the gradient 1 − p).
+  virtual void softmax_cross_entropy_backward(void* probs, const float* losses, const std::int32_t* targets,
+                                              float dloss, std::size_t N, std::size_t V) = 0;
 
   // ---- gradients and the optimizer --------------------------------------------------------------------------
   // out[n] (to) = in[n] (from): a copy when the types agree, else fp32 → BF16 by round-to-nearest-even or
@@ -121,9 +126,26 @@ class Backend {
                      std::size_t n, const AdamWParams& p) = 0;
 };
 
-// The backends this build has ("cpu", and "cuda" where built with it), and one by name (UserError if unknown).
+// Where a rank's backend runs: its rank among the ranks of its node and how many share the node. A GPU backend
+// takes GPU local_rank and refuses a node with more ranks than GPUs.
+struct Placement {
+  int local_rank = 0;
+  int local_size = 1;
+};
+
+// The backends this build has ("cpu", and "cuda" where built with it).
 std::vector<std::string> backend_names();
-std::unique_ptr<Backend> make_backend(std::string_view name);
+// Why backend `name` cannot run here with this placement (an unknown name, a build without it, no driver, no GPU,
+// fewer GPUs than ranks on the node), as one line naming what was found and what is accepted; empty if it can.
+std::string backend_unavailable(std::string_view name, Placement placement = {});
+// --device auto: "cuda" where the build has it and a GPU is visible, else "cpu".
+std::string auto_backend_name();
+// A backend by name; UserError with backend_unavailable()'s line where it cannot run.
+std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement = {});
 std::unique_ptr<Backend> make_cpu_backend();
+#ifdef DPTRAIN_HAVE_CUDA
+std::unique_ptr<Backend> make_cuda_backend(int gpu);  // src/compute/cuda/
+int visible_gpu_count(std::string* reason = nullptr);
+#endif
 
 }  // namespace dptrain

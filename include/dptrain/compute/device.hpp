@@ -35,6 +35,11 @@ class Device : public Memory {
   virtual void synchronize() = 0;                     // the host waits for everything issued
   // Seconds between two recorded events (both synchronised).
   virtual double elapsed_seconds(Event start, Event end) = 0;
+
+  // A device with memory of its own: bytes in use (by every process on it) and free, as its driver reports them.
+  // Zero for a device whose memory is the host's (the host's figures are measured elsewhere).
+  virtual std::size_t memory_in_use() const { return 0; }
+  virtual std::size_t memory_free() const { return 0; }
 };
 
 std::unique_ptr<Device> make_cpu_device();

@@ -1,6 +1,6 @@
 // The run's link and device as the systems model sees them: α and β from a preset, a link.json file, an
 // explicit `alpha=..,bw=..`, or a short calibration sweep at start-up; the per-rank peak FLOP/s from a flag or
-// a short sgemm probe. And the modelled time of every collective call the run issued.
+// And the modelled time of every collective call the run issued.
 #pragma once
 #include <string>
 #include <vector>
@@ -25,7 +25,5 @@ LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, doubl
 // The α–β time of one recorded call on p ranks.
 double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& link);
 
-// Achievable fp32 GEMM FLOP/s of this rank with its threads (a few 512³ sgemm calls).
-double measure_sgemm_flops();
 
 }  // namespace dptrain

@@ -12,8 +12,9 @@
 namespace dptrain {
 
 // Bytes of each category in a fixed order: weights, gradients, optimizer, communication, activations,
-// working copies, peak resident.
-std::vector<double> memory_figures(const MemoryUse& use, double peak_resident_bytes);
+// working copies, peak resident (host), device in use (a GPU's memory in use as its driver reports it at the end
+// of the run; 0 on the cpu).
+std::vector<double> memory_figures(const MemoryUse& use, double peak_resident_bytes, double device_in_use_bytes);
 
 // This process's peak resident set size in bytes (getrusage).
 double peak_resident_bytes();

@@ -21,6 +21,7 @@ class MpiWorld {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_size() const { return local_size_; }  // ranks sharing this node
+  int local_rank() const { return local_rank_; }  // this rank among them (its GPU)
 
   void barrier() const;
   // Σ over ranks of one double, added in rank order (bitwise the same on every rank).
@@ -47,7 +48,7 @@ class MpiWorld {
   [[noreturn]] void abort(const std::string& message, int code) const;
 
  private:
-  int rank_ = 0, size_ = 1, local_size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0;
   int thread_level_ = 0;  // what MPI_Init_thread provided
 };
 

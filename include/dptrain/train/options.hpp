@@ -31,6 +31,7 @@ struct TrainOptions {
   int eval_windows = 32;      // validation windows per evaluation
 
   // Data parallelism.
+  std::string device = "auto";  // auto, cpu or cuda
   std::string allreduce = "ring";
   DType grad_dtype = DType::bf16;
   int check_every = 100;      // weight-hash comparison across ranks

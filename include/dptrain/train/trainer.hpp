@@ -60,6 +60,7 @@ class Trainer {
   MetricsLog log_;
   LinkSource link_;
   double peak_flops_ = 0;  // per rank
+  std::string peak_source_;
   int first_step_ = 0;     // loop steps done before this run: the resumed checkpoint's step, or 0
   int threads_ = 1;
   std::size_t local_windows_ = 0;

@@ -14,6 +14,7 @@
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/reduce_add.hpp"
+#include "dptrain/core/timer.hpp"
 
 namespace dptrain {
 namespace {
@@ -49,6 +50,24 @@ class CpuBackend final : public Backend {
   // OpenBLAS picks its kernel by shape, not by timing, and every loop below sums in a fixed order; GEMMs run
   // window by window (matmul_backward), so a batch split into micro-batches gives the same bits.
   BackendGuarantees guarantees() const override { return {.repeatable = true, .micro_batch_invariant = true}; }
+
+  // A few 512³ sgemm calls with this rank's threads; the best one.
+  double measure_gemm_flops() override {
+    const int n = 512;
+    std::vector<float> a(std::size_t(n) * n, 0.5f), b(a), c(a.size());
+    auto gemm = [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                  c.data(), n);
+    };
+    gemm();  // warm-up: thread pool and caches
+    double best = 1e30;
+    for (int i = 0; i < 8; ++i) {
+      const Stopwatch watch;
+      gemm();
+      best = std::min(best, watch.seconds());
+    }
+    return 2.0 * n * n * double(n) / best;
+  }
 
   void reserve_weight_views(std::size_t elements, int views) override {
     DP_ASSERT(in_use_.empty() || std::none_of(in_use_.begin(), in_use_.end(), [](bool b) { return b; }));
@@ -339,7 +358,8 @@ class CpuBackend final : public Backend {
     *loss_sum += total;
   }
 
-  void softmax_cross_entropy_backward(void* probs_, const std::int32_t* targets, float dloss, std::size_t N,
+  void softmax_cross_entropy_backward(void* probs_, const float* /*losses: fp32 probabilities are exact enough*/,
+                                      const std::int32_t* targets, float dloss, std::size_t N,
                                       std::size_t V) override {
     float* probs = f(probs_);
 #pragma omp parallel for schedule(static)

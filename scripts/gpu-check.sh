@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The GPU check: one call on a bare GPU machine (no network, no Open MPI; CUDA 13, Python with PyTorch), sized to
+# finish in under 8 minutes. Runs the build that scripts/gpu-bundle.sh packed (build-gpu.tar.xz, carried beside
+# the sources), then
+#   1. the device and library versions (nvidia-smi, nvcc, torch, NCCL),
+#   2. the GPU tests: every compute op on cuda against its reference, the whole model and 50 training steps of the
+#      small shape against the cpu backend, bitwise repeatability and resume (gtest JSON per binary),
+#   3. compute-sanitizer memcheck and racecheck on the cuda op tests,
+#   4. the benchmark: gpt2-124m at Q = 1024, the largest micro-batch of 64, 32, 16 that fits, 30 steps — tokens/s,
+#      MFU, memory — beside PyTorch on the same shape in the same run (eager with SDPA and BF16 autocast, then
+#      torch.compile),
+# and writes everything to $OUT, with the summary in $OUT/check-<date>.json (commit it under docs/gpu/).
+# Usage (on the GPU machine, from the repository root): OUT=/some/dir scripts/gpu-check.sh
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-$root/gpu-check-out}"
+mkdir -p "$OUT"
+cd "$root"
+log() { echo "gpu-check | $*" | tee -a "$OUT/progress.txt"; }
+started=$(date +%s)
+
+# ---- the carried build --------------------------------------------------------------------------------------
+if [ ! -d build-gpu ]; then
+  [ -f build-gpu.tar.xz ] || { log "no build-gpu.tar.xz: run scripts/gpu-bundle.sh and carry it"; exit 2; }
+  tar -xJf build-gpu.tar.xz
+fi
+bin="$root/build-gpu/bin"
+cuda_lib=/usr/local/cuda/lib64
+torch_nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$root/build-gpu/lib:$cuda_lib:${torch_nccl:+$torch_nccl:}${LD_LIBRARY_PATH:-}"
+# One process without mpirun: Open MPI's singleton, told not to start a daemon, its plugins from the bundle.
+export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_path="$root/build-gpu/openmpi"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=4
+export DPTRAIN_SOURCE_DIR="$root" DPTRAIN_BINARY_DIR="$root/build-gpu"
+
+# ---- 1. what machine ----------------------------------------------------------------------------------------
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  nvcc --version | tail -2
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))'
+  ldd "$bin/dptrain" | grep -E "not found|cublas|cudart" || true
+} > "$OUT/device.txt" 2>&1
+cat "$OUT/device.txt"
+
+# ---- 2. GPU tests ------------------------------------------------------------------------------------------
+run_tests() {  # binary, gtest filter, seconds
+  local name=$1 filter=$2 seconds=$3
+  log "tests: $name --gtest_filter=$filter"
+  timeout "$seconds" "$bin/$name" --gtest_filter="$filter" --gtest_output="json:$OUT/tests-$name.json" \
+    > "$OUT/tests-$name.txt" 2>&1
+  tail -3 "$OUT/tests-$name.txt"
+}
+run_tests compute_test '*cuda*' 120
+run_tests dp_test '*CudaAgainstCpu*:*cuda*' 180
+run_tests train_test '*cuda*' 60
+
+# ---- 3. sanitizers on the op tests ----------------------------------------------------------------------------
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    log "compute-sanitizer --tool $tool"
+    timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/compute_test" \
+      --gtest_filter='OpForward*cuda*:Optimizer*cuda*' > "$OUT/sanitizer-$tool.txt" 2>&1
+    echo "$tool exit $?" | tee -a "$OUT/sanitizer-$tool.txt"
+  done
+fi
+
+# ---- 4. the benchmark -----------------------------------------------------------------------------------------
+python3 - "$OUT/corpus.txt" <<'PY'
+import random, sys
+random.seed(1)
+words = [''.join(random.choice('etaoinshrdlucmfwyp') for _ in range(random.randint(2, 9))) for _ in range(5000)]
+with open(sys.argv[1], 'w') as f:
+    f.write(' '.join(random.choice(words) for _ in range(1_500_000)))
+PY
+batch=0
+for b in 64 32 16; do
+  log "dptrain gpt2-124m --batch $b"
+  timeout 150 "$bin/dptrain" --device cuda --config configs/gpt2-124m.toml --data "$OUT/corpus.txt" --batch "$b" \
+    --steps 30 --warmup 2 --eval-every 0 --log "$OUT/train-b$b.jsonl" > "$OUT/train-b$b.txt" 2>&1
+  status=$?
+  tail -4 "$OUT/train-b$b.txt"
+  if [ $status -eq 0 ]; then batch=$b; break; fi
+done
+torch_bench() {  # extra flags, output name, seconds
+  timeout "$3" python3 scripts/gpt_reference.py bench --device cuda --layers 12 --width 768 --heads 12 --seq 1024 \
+    --vocab 50257 --batch "${batch:-16}" --steps 30 $1 > "$OUT/$2.txt" 2>&1
+  awk '/^pytorch_tokens_per_s/ {print $2}' "$OUT/$2.txt"
+}
+pytorch_eager=""; pytorch_compiled=""
+if [ "$batch" -gt 0 ]; then
+  log "PyTorch eager, batch $batch"; pytorch_eager=$(torch_bench "" pytorch-eager 120)
+  elapsed=$(( $(date +%s) - started ))
+  if [ $elapsed -lt 330 ]; then
+    log "PyTorch torch.compile, batch $batch"; pytorch_compiled=$(torch_bench --compile pytorch-compile 150)
+  fi
+fi
+
+# ---- summary ----------------------------------------------------------------------------------------------------
+python3 - "$OUT" "$batch" "${pytorch_eager:-}" "${pytorch_compiled:-}" <<'PY'
+import datetime, glob, json, os, re, statistics, subprocess, sys
+out, batch, eager, compiled = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+passed = failed = 0
+failures = []
+for path in glob.glob(os.path.join(out, "tests-*.json")):
+    for suite in json.load(open(path)).get("testsuites", []):
+        for t in suite.get("testsuite", []):
+            if t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN":
+                continue
+            if t.get("failures"):
+                failed += 1; failures.append(suite["name"] + "." + t["name"])
+            else:
+                passed += 1
+device = open(os.path.join(out, "device.txt")).read()
+nccl = re.search(r"nccl ([0-9.]+)", device)
+summary = {
+    "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or
+              os.environ.get("DPTRAIN_COMMIT", "unknown"),
+    "date": datetime.date.today().isoformat(),
+    "device": device.splitlines()[1].split(",")[0] if len(device.splitlines()) > 1 else "unknown",
+    "nccl_version": nccl.group(1) if nccl else "unknown",
+    "tests_passed": passed, "tests_failed": failed, "failed_tests": failures,
+    "batch": batch, "mfu": None, "tokens_per_s": None,
+    "pytorch_tokens_per_s": float(eager) if eager else None,
+    "pytorch_compile_tokens_per_s": float(compiled) if compiled else None,
+}
+for tool in ("memcheck", "racecheck"):
+    p = os.path.join(out, f"sanitizer-{tool}.txt")
+    if os.path.exists(p):
+        summary[f"sanitizer_{tool}_exit"] = int(open(p).read().strip().split()[-1])
+log = os.path.join(out, f"train-b{batch}.jsonl")
+if batch and os.path.exists(log):
+    rows = [json.loads(l) for l in open(log)]
+    steps = [r for r in rows if "step" in r and "event" not in r][5:]  # after the warm-up steps
+    end = [r for r in rows if r.get("event") == "summary"]
+    if steps:
+        summary["tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in steps)
+        summary["mfu"] = statistics.median(r["mfu"] for r in steps)
+    if end:
+        summary["memory"] = end[-1].get("memory")
+if summary["tokens_per_s"] and summary["pytorch_tokens_per_s"]:
+    summary["ratio_to_pytorch_eager"] = summary["tokens_per_s"] / summary["pytorch_tokens_per_s"]
+name = os.path.join(out, f"check-{summary['date']}.json")
+json.dump(summary, open(name, "w"), indent=2)
+print(json.dumps(summary, indent=2))
+PY
+log "done in $(( $(date +%s) - started )) s"
