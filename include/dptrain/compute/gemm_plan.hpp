@@ -1,0 +1,86 @@
+// GEMM plans: every matrix product of the CUDA backend as one column-major GEMM call, in the terms cuBLASLt and
+// cblas_sgemm(CblasColMajor, …) take it: D(m×n) = alpha·op(A)·op(B) + beta·C, C and D the same array (in place),
+// repeated `batch` times with the pointers advanced by the strides. Pure host code, so that a CPU test can replay
+// every plan with cblas_sgemm against a row-major reference (tests/compute/gemm_plan_test.cpp): layout mistakes are
+// the commonest GEMM bug, and they show up here without a GPU.
+//
+// Row-major → column-major: a row-major X[r,c] (element (i,j) at i·c + j) is, read column-major, Xᵀ (c×r) with
+// ld = c. So the row-major product D[r,c] = op(X)·op(Y) is the column-major Dᵀ = op(Y)ᵀ·op(X)ᵀ over the same
+// memory: A is Y's array and B is X's (the operands swap), each keeps its own transpose flag, m = c (columns of D),
+// n = r (rows of D), ldc = c, and lda, ldb are the row lengths of the arrays as stored.
+//
+// Every array here is contiguous, so each ld is its array's row length. Element counts, never bytes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dptrain {
+
+enum class GemmOp : std::uint8_t { N, T };  // CUBLAS_OP_N / CUBLAS_OP_T, CblasNoTrans / CblasTrans
+
+// Which tensor a plan puts in A, in B and in C = D, by its role in the backend's operation.
+enum class GemmOperand : std::uint8_t {
+  in, weight, out, dout, din, dweight,  // matmul: in[N,C], weight[OC,C], out[N,OC] and their gradients
+  q, k, v, y, dy, dq, dk, dv,           // attention, per head [T,hs]: q, k, v, output y and the gradients
+  scores, probs, dprobs, dscores,       // attention, per head [T,T]
+};
+std::string_view operand_name(GemmOperand operand);  // "weight", "dscores", ...
+
+struct GemmPlan {
+  GemmOperand a, b, c;  // the tensors passed as A, as B, and as C and D (C read only where beta ≠ 0)
+  GemmOp transa = GemmOp::N, transb = GemmOp::N;
+  std::int64_t m = 0, n = 0, k = 0;  // D is m×n, op(A) m×k, op(B) k×n
+  std::int64_t lda = 0, ldb = 0, ldc = 0;
+  std::int64_t batch = 1;  // strided-batched: member i at A + i·stride_a, B + i·stride_b, C/D + i·stride_c
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements; set on every attention plan, 0 on matmul
+  float alpha = 1.0f, beta = 0.0f;
+  bool bias_epilogue = false;  // CUBLASLT_EPILOGUE_BIAS: D(i,j) += bias[i], a vector of m (= OC) elements
+};
+
+// ---- matmul (backend.hpp): N rows, C input channels, OC output channels; call per window with N = T and the row
+// pointers offset by row·C / row·OC where the backend works window by window.
+
+// out[N,OC] = in[N,C]·weight[OC,C]ᵀ (+ bias[OC] by the epilogue): A = weight (T), B = in (N), m = OC, n = N,
+// k = C, lda = C, ldb = C, ldc = OC, beta 0.
+GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, bool bias);
+// din[N,C] += dout[N,OC]·weight[OC,C]: A = weight (N), B = dout (N), m = C, n = N, k = OC, lda = C, ldb = OC,
+// ldc = C, beta 1 (the contract accumulates into din).
+GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC);
+// dweight[OC,C] += dout[N,OC]ᵀ·in[N,C]: A = in (N), B = dout (T), m = C, n = OC, k = N, lda = C, ldb = OC,
+// ldc = C, beta 1. The bias gradient is not a GEMM here: BGRADB would overwrite dbias, the contract adds to it.
+GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC);
+
+// ---- attention: strided-batched over the B·NH heads, hs = C/NH; q, k, v, y, dy, dq, dk, dv are [B,NH,T,hs]
+// contiguous (a head's [T,hs] every T·hs elements: the backend permutes them out of qkv[B,T,3C] first, whose heads
+// are not evenly strided), scores, probs, dprobs, dscores [B,NH,T,T] (a head every T·T). Every output is written
+// (beta 0): the backend's scratch, folded into dqkv by the unpermute.
+
+// scores[T,T] = scale·q[T,hs]·k[T,hs]ᵀ, scale = 1/sqrt(hs): A = k (T), B = q (N), m = T, n = T, k = hs.
+GemmPlan attention_scores_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+// y[T,hs] = probs[T,T]·v[T,hs]: A = v (N), B = probs (N), m = hs, n = T, k = T.
+GemmPlan attention_output_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+// dprobs[T,T] = dy[T,hs]·v[T,hs]ᵀ: A = v (T), B = dy (N), m = T, n = T, k = hs.
+GemmPlan attention_dprobs_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+// dv[T,hs] = probs[T,T]ᵀ·dy[T,hs]: A = dy (N), B = probs (T), m = hs, n = T, k = T.
+GemmPlan attention_dv_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+// dq[T,hs] = scale·dscores[T,T]·k[T,hs]: A = k (N), B = dscores (N), m = hs, n = T, k = T.
+GemmPlan attention_dq_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+// dk[T,hs] = scale·dscores[T,T]ᵀ·q[T,hs]: A = q (N), B = dscores (T), m = hs, n = T, k = T.
+GemmPlan attention_dk_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+
+// ---- checks the backend can make before the first call
+
+// What makes the plan an invalid GEMM call (empty when valid): a dimension or batch below 1, lda below the rows of
+// A as stored (m for N, k for T), ldb below the rows of B as stored (k for N, n for T), ldc below m, a negative
+// stride, or batch members of D that overlap (stride_c < ldc·n).
+std::string gemm_plan_problem(const GemmPlan& plan);
+
+// Whether every ld and stride, in bytes (elements × element_bytes), is a multiple of alignment_bytes, so that each
+// column and batch member starts as aligned as the base pointers. BF16 (2 bytes) with cuBLASLt's 16: ld and strides
+// multiples of 8 elements, which the matmul plans have where C and OC are multiples of 8 and the attention ones
+// where hs and T are (scores/probs have ld = T). The base pointers are the caller's to align.
+bool gemm_plan_aligned(const GemmPlan& plan, std::size_t element_bytes, std::size_t alignment_bytes = 16);
+
+}  // namespace dptrain

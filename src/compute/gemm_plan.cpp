@@ -1,0 +1,159 @@
+// GEMM plans (gemm_plan.hpp): each backend product written once as a row-major product of contiguous arrays and
+// turned into the column-major call by one rule, row_major_product below.
+#include "dptrain/compute/gemm_plan.hpp"
+
+#include <cmath>
+
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+namespace {
+
+using i64 = std::int64_t;
+
+// One factor of a row-major product: which tensor, whether it is used transposed.
+struct Factor {
+  GemmOperand operand;
+  GemmOp op;
+};
+
+// Row-major D[rows,cols] = alpha·op(X)·op(Y) + beta·D, op(X) [rows,inner], op(Y) [inner,cols], every array
+// contiguous (its ld is its row length as stored).
+// Column-major that is Dᵀ = op(Y)ᵀ·op(X)ᵀ: A = Y, B = X, m = cols, n = rows.
+GemmPlan row_major_product(GemmOperand d, Factor x, Factor y, std::size_t rows, std::size_t cols,
+                           std::size_t inner, float alpha, float beta) {
+  DP_ASSERT(rows > 0 && cols > 0 && inner > 0);
+  GemmPlan plan{.a = y.operand, .b = x.operand, .c = d};
+  plan.transa = y.op;
+  plan.transb = x.op;
+  plan.m = i64(cols);
+  plan.n = i64(rows);
+  plan.k = i64(inner);
+  plan.lda = i64(y.op == GemmOp::N ? cols : inner);  // Y stored [inner,cols], or [cols,inner] when transposed
+  plan.ldb = i64(x.op == GemmOp::N ? inner : rows);  // X stored [rows,inner], or [inner,rows]
+  plan.ldc = i64(cols);
+  plan.alpha = alpha;
+  plan.beta = beta;
+  return plan;
+}
+
+// The plan repeated over `batch` arrays of each operand laid one after another: every stride is its operand's
+// whole matrix as stored (ld × columns), even for a batch of one.
+GemmPlan batched(GemmPlan plan, std::size_t batch) {
+  DP_ASSERT(batch > 0);
+  plan.batch = i64(batch);
+  plan.stride_a = plan.lda * (plan.transa == GemmOp::N ? plan.k : plan.m);
+  plan.stride_b = plan.ldb * (plan.transb == GemmOp::N ? plan.n : plan.k);
+  plan.stride_c = plan.ldc * plan.n;
+  return plan;
+}
+
+// The attention shape: heads, sequence length, head size, and the score scale as the backends compute it.
+struct Heads {
+  std::size_t count, T, hs;
+  float scale;
+};
+
+Heads heads(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  DP_ASSERT(B > 0 && T > 0 && NH > 0 && C % NH == 0 && C >= NH);
+  const std::size_t hs = C / NH;
+  return {B * NH, T, hs, 1.0f / std::sqrt(float(hs))};
+}
+
+constexpr GemmOp kN = GemmOp::N;
+constexpr GemmOp kT = GemmOp::T;
+using O = GemmOperand;
+
+}  // namespace
+
+std::string_view operand_name(GemmOperand operand) {
+  switch (operand) {
+    case O::in: return "in";
+    case O::weight: return "weight";
+    case O::out: return "out";
+    case O::dout: return "dout";
+    case O::din: return "din";
+    case O::dweight: return "dweight";
+    case O::q: return "q";
+    case O::k: return "k";
+    case O::v: return "v";
+    case O::y: return "y";
+    case O::dy: return "dy";
+    case O::dq: return "dq";
+    case O::dk: return "dk";
+    case O::dv: return "dv";
+    case O::scores: return "scores";
+    case O::probs: return "probs";
+    case O::dprobs: return "dprobs";
+    case O::dscores: return "dscores";
+  }
+  return "?";
+}
+
+GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, bool bias) {
+  // out[N,OC] = in[N,C]·weight[OC,C]ᵀ
+  GemmPlan plan = row_major_product(O::out, {O::in, kN}, {O::weight, kT}, N, OC, C, 1.0f, 0.0f);
+  plan.bias_epilogue = bias;
+  return plan;
+}
+
+GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC) {
+  // din[N,C] += dout[N,OC]·weight[OC,C]
+  return row_major_product(O::din, {O::dout, kN}, {O::weight, kN}, N, C, OC, 1.0f, 1.0f);
+}
+
+GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC) {
+  // dweight[OC,C] += dout[N,OC]ᵀ·in[N,C]
+  return row_major_product(O::dweight, {O::dout, kT}, {O::in, kN}, OC, C, N, 1.0f, 1.0f);
+}
+
+GemmPlan attention_scores_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  const Heads h = heads(B, T, C, NH);  // scores[T,T] = scale·q[T,hs]·k[T,hs]ᵀ
+  return batched(row_major_product(O::scores, {O::q, kN}, {O::k, kT}, h.T, h.T, h.hs, h.scale, 0.0f), h.count);
+}
+
+GemmPlan attention_output_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  const Heads h = heads(B, T, C, NH);  // y[T,hs] = probs[T,T]·v[T,hs]
+  return batched(row_major_product(O::y, {O::probs, kN}, {O::v, kN}, h.T, h.hs, h.T, 1.0f, 0.0f), h.count);
+}
+
+GemmPlan attention_dprobs_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  const Heads h = heads(B, T, C, NH);  // dprobs[T,T] = dy[T,hs]·v[T,hs]ᵀ
+  return batched(row_major_product(O::dprobs, {O::dy, kN}, {O::v, kT}, h.T, h.T, h.hs, 1.0f, 0.0f), h.count);
+}
+
+GemmPlan attention_dv_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  const Heads h = heads(B, T, C, NH);  // dv[T,hs] = probs[T,T]ᵀ·dy[T,hs]
+  return batched(row_major_product(O::dv, {O::probs, kT}, {O::dy, kN}, h.T, h.hs, h.T, 1.0f, 0.0f), h.count);
+}
+
+GemmPlan attention_dq_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  const Heads h = heads(B, T, C, NH);  // dq[T,hs] = scale·dscores[T,T]·k[T,hs]
+  return batched(row_major_product(O::dq, {O::dscores, kN}, {O::k, kN}, h.T, h.hs, h.T, h.scale, 0.0f), h.count);
+}
+
+GemmPlan attention_dk_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  const Heads h = heads(B, T, C, NH);  // dk[T,hs] = scale·dscores[T,T]ᵀ·q[T,hs]
+  return batched(row_major_product(O::dk, {O::dscores, kT}, {O::q, kN}, h.T, h.hs, h.T, h.scale, 0.0f), h.count);
+}
+
+std::string gemm_plan_problem(const GemmPlan& p) {
+  if (p.m < 1 || p.n < 1 || p.k < 1) return "m, n and k must be at least 1";
+  if (p.batch < 1) return "batch must be at least 1";
+  const i64 rows_a = p.transa == GemmOp::N ? p.m : p.k;
+  const i64 rows_b = p.transb == GemmOp::N ? p.k : p.n;
+  if (p.lda < rows_a) return "lda is below the rows of A as stored";
+  if (p.ldb < rows_b) return "ldb is below the rows of B as stored";
+  if (p.ldc < p.m) return "ldc is below m";
+  if (p.stride_a < 0 || p.stride_b < 0 || p.stride_c < 0) return "a stride is negative";
+  if (p.batch > 1 && p.stride_c < p.ldc * p.n) return "batch members of D overlap (stride_c < ldc·n)";
+  return "";
+}
+
+bool gemm_plan_aligned(const GemmPlan& p, std::size_t element_bytes, std::size_t alignment_bytes) {
+  const auto aligned = [&](i64 elements) { return std::size_t(elements) * element_bytes % alignment_bytes == 0; };
+  return aligned(p.lda) && aligned(p.ldb) && aligned(p.ldc) && aligned(p.stride_a) && aligned(p.stride_b) &&
+         aligned(p.stride_c);
+}
+
+}  // namespace dptrain

@@ -1,0 +1,374 @@
+// The CUDA backend's GEMM plans (gemm_plan.hpp) without a GPU: every plan is replayed with
+// cblas_sgemm(CblasColMajor, …), which takes a column-major call exactly as cuBLASLt does, on random fp32 arrays
+// found by the plan's operand roles, and compared with the row-major product written out as plain loops in double.
+// The shapes are awkward on purpose (one row, one channel, channels not a multiple of 8, one position, one head,
+// head size 1, several heads), where a swapped m/n or a wrong ld would still pass on square shapes.
+//
+// Tolerance, from the arithmetic: a sum of k products formed and added in fp32 (unit roundoff u = 2⁻²⁴) differs
+// from the exact sum by at most about k·u·Σ|terms| (Higham's γ_k bound, blocking and FMA only make it smaller);
+// alpha, beta·C and the bias add at most three roundings more. So each element gets (k + 3)·u·Σ|terms|, the terms
+// being alpha·x·y, beta·c and the bias; the double reference is exact to 2⁻⁵³ and the inputs are fp32 values.
+#include <cblas.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dptrain/compute/gemm_plan.hpp"
+
+namespace dptrain {
+namespace {
+
+using O = GemmOperand;
+using Tensors = std::map<GemmOperand, std::vector<float>>;
+
+constexpr double kUnitRoundoff = 0x1p-24;
+constexpr float kUnwritten = 12345.0f;  // in outputs that a beta-0 plan must overwrite without reading
+
+std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(n);
+  for (float& x : values) x = uniform(rng);
+  return values;
+}
+
+// The last element a batched operand of `rows`×`cols` (column-major, as stored) reaches, plus one: must not pass
+// the end of its array.
+std::int64_t extent(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch, std::int64_t stride) {
+  return (batch - 1) * stride + (cols - 1) * ld + rows;
+}
+
+// Runs the plan as cuBLASLt would, one batch member at a time; the bias epilogue as a loop afterwards
+// (D(i,j) += bias[i]).
+void replay(const GemmPlan& p, Tensors& tensors, const std::vector<float>* bias = nullptr) {
+  ASSERT_TRUE(gemm_plan_problem(p).empty()) << gemm_plan_problem(p);
+  ASSERT_EQ(p.bias_epilogue, bias != nullptr);
+  const auto narrow = [](std::int64_t x) {
+    EXPECT_LE(x, std::numeric_limits<int>::max());
+    return int(x);
+  };
+  const bool a_n = p.transa == GemmOp::N, b_n = p.transb == GemmOp::N;
+  const std::vector<float>& a = tensors.at(p.a);
+  const std::vector<float>& b = tensors.at(p.b);
+  std::vector<float>& c = tensors.at(p.c);
+  ASSERT_LE(extent(a_n ? p.m : p.k, a_n ? p.k : p.m, p.lda, p.batch, p.stride_a), std::int64_t(a.size()));
+  ASSERT_LE(extent(b_n ? p.k : p.n, b_n ? p.n : p.k, p.ldb, p.batch, p.stride_b), std::int64_t(b.size()));
+  ASSERT_LE(extent(p.m, p.n, p.ldc, p.batch, p.stride_c), std::int64_t(c.size()));
+  for (std::int64_t i = 0; i < p.batch; ++i) {
+    float* d = c.data() + i * p.stride_c;
+    cblas_sgemm(CblasColMajor, a_n ? CblasNoTrans : CblasTrans, b_n ? CblasNoTrans : CblasTrans, narrow(p.m),
+                narrow(p.n), narrow(p.k), p.alpha, a.data() + i * p.stride_a, narrow(p.lda),
+                b.data() + i * p.stride_b, narrow(p.ldb), p.beta, d, narrow(p.ldc));
+    if (bias)
+      for (std::int64_t col = 0; col < p.n; ++col)
+        for (std::int64_t row = 0; row < p.m; ++row) d[col * p.ldc + row] += (*bias)[std::size_t(row)];
+  }
+}
+
+// A row-major product as the reference computes it: output = alpha·op(X)·op(Y) + beta·output, each factor read
+// from its row-major array, transposed or not, batch member after batch member.
+struct Product {
+  O output, x;
+  bool x_transposed;
+  O y;
+  bool y_transposed;
+};
+
+// The row-major [rows, cols] of one batch member of an operand.
+struct Dims {
+  std::size_t rows, cols;
+};
+using DimsOf = std::function<Dims(O)>;
+
+// Replays the plan and expects t[output][b][r][c] = alpha·Σ_l op(X)[b][r][l]·op(Y)[b][l][c] + beta·before[b][r][c]
+// + bias[c], written as plain loops over the row-major arrays, within the bound in the file comment. alpha and
+// beta are the product's, checked against the plan's.
+void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product, const DimsOf& dims,
+                           std::size_t batch, float alpha, float beta, const std::vector<float>* bias = nullptr) {
+  EXPECT_EQ(p.c, product.output);
+  EXPECT_EQ(p.batch, std::int64_t(batch));
+  EXPECT_EQ(p.alpha, alpha);
+  EXPECT_EQ(p.beta, beta);
+  const std::vector<float> before = t.at(product.output);
+  replay(p, t, bias);
+
+  const Dims x = dims(product.x), y = dims(product.y), d = dims(product.output);
+  const std::size_t rows = product.x_transposed ? x.cols : x.rows, inner = product.x_transposed ? x.rows : x.cols;
+  const std::size_t cols = product.y_transposed ? y.rows : y.cols;
+  ASSERT_EQ(inner, product.y_transposed ? y.cols : y.rows);
+  ASSERT_EQ(rows, d.rows);
+  ASSERT_EQ(cols, d.cols);
+  // Element (i, j) of op(F) in batch member b.
+  const auto element = [&t](O f, Dims dim, bool transposed, std::size_t b, std::size_t i, std::size_t j) {
+    return double(transposed ? t.at(f)[(b * dim.rows + j) * dim.cols + i] : t.at(f)[(b * dim.rows + i) * dim.cols + j]);
+  };
+  const std::vector<float>& got = t.at(product.output);
+  ASSERT_EQ(got.size(), batch * rows * cols);
+  int wrong = 0;
+  for (std::size_t b = 0; b < batch; ++b)
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) {
+        const std::size_t at = (b * rows + r) * cols + c;
+        double sum = 0.0, magnitude = 0.0;
+        for (std::size_t l = 0; l < inner; ++l) {
+          const double term = double(alpha) * element(product.x, x, product.x_transposed, b, r, l) *
+                              element(product.y, y, product.y_transposed, b, l, c);
+          sum += term;
+          magnitude += std::abs(term);
+        }
+        if (beta != 0.0f) {
+          sum += double(beta) * before[at];
+          magnitude += std::abs(double(beta) * before[at]);
+        }
+        if (bias) {
+          sum += (*bias)[c];
+          magnitude += std::abs((*bias)[c]);
+        }
+        const double bound = double(inner + 3) * kUnitRoundoff * magnitude + 1e-30;
+        if (!(std::abs(got[at] - sum) <= bound) && ++wrong <= 5)
+          ADD_FAILURE() << "element [" << b << "," << r << "," << c << "]: got " << got[at] << ", reference " << sum
+                        << ", bound " << bound;
+      }
+  EXPECT_EQ(wrong, 0);
+}
+
+// ---- the shapes ----------------------------------------------------------------------------------------------
+// Each shape knows its operands' row-major [rows, cols] per batch member and fills them: inputs random, outputs
+// that the plan must overwrite with kUnwritten, outputs it accumulates into with random values.
+
+struct MatmulShape {
+  std::size_t N, C, OC;
+  std::size_t batch() const { return 1; }
+  float scale() const { return 1.0f; }  // no matmul product is scaled
+  // in, din [N,C]; weight, dweight [OC,C]; out, dout [N,OC]
+  Dims dims(O o) const {
+    return {o == O::weight || o == O::dweight ? OC : N, o == O::out || o == O::dout ? OC : C};
+  }
+  Tensors random_tensors(std::mt19937& rng) const {
+    return {{O::in, random_floats(N * C, rng)},    {O::weight, random_floats(OC * C, rng)},
+            {O::dout, random_floats(N * OC, rng)}, {O::out, std::vector<float>(N * OC, kUnwritten)},
+            {O::din, random_floats(N * C, rng)},   {O::dweight, random_floats(OC * C, rng)}};
+  }
+  std::string describe() const {
+    return "N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+  }
+};
+// One row; one channel in and out; C not a multiple of 8; OC = 1; a larger one with everything a multiple of 8.
+const MatmulShape kMatmulShapes[] = {{1, 1, 1}, {1, 13, 5}, {7, 13, 1}, {3, 1, 9}, {33, 20, 17}, {16, 24, 40}};
+
+struct AttentionShape {
+  std::size_t B, T, C, NH;
+  std::size_t batch() const { return B * NH; }  // the heads
+  std::size_t hs() const { return C / NH; }
+  float scale() const { return 1.0f / std::sqrt(float(hs())); }
+  // Per head: scores, probs, dprobs, dscores [T,T]; q, k, v, y, dy, dq, dk, dv [T,hs].
+  Dims dims(O o) const { return {T, o == O::scores || o == O::probs || o == O::dprobs || o == O::dscores ? T : hs()}; }
+  // Every attention plan has beta 0, so every output starts kUnwritten; probabilities need not sum to one here.
+  Tensors random_tensors(std::mt19937& rng) const {
+    Tensors t;
+    for (O input : {O::q, O::k, O::v, O::dy, O::probs, O::dscores})
+      t[input] = random_floats(batch() * dims(input).rows * dims(input).cols, rng);
+    for (O output : {O::y, O::dq, O::dk, O::dv, O::scores, O::dprobs})
+      t[output] = std::vector<float>(batch() * dims(output).rows * dims(output).cols, kUnwritten);
+    return t;
+  }
+  std::string describe() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
+           " NH=" + std::to_string(NH);
+  }
+};
+// hs = 1 with one position; one position; several windows and heads (B·NH = 6, hs 4); hs = 1 over six heads;
+// one head; and an aligned shape.
+const AttentionShape kAttentionShapes[] = {{1, 1, 1, 1}, {1, 1, 8, 2},  {2, 5, 12, 3},
+                                           {1, 7, 6, 6}, {3, 9, 10, 1}, {2, 16, 32, 4}};
+
+// ---- every product, replayed --------------------------------------------------------------------------------
+
+using MatmulPlanFn = GemmPlan (*)(std::size_t N, std::size_t C, std::size_t OC);
+using AttentionPlanFn = GemmPlan (*)(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+
+// One backend product: its plan function (matmul or attention), the row-major product it must compute, and the
+// alpha (scale = 1/sqrt(hs) or 1), beta and bias that product has.
+struct ReplayCase {
+  const char* name;
+  MatmulPlanFn matmul;
+  AttentionPlanFn attention;
+  Product product;
+  bool scaled;
+  float beta;
+  bool bias;
+};
+
+void PrintTo(const ReplayCase& c, std::ostream* os) { *os << c.name; }
+
+GemmPlan matmul_forward_with_bias(std::size_t N, std::size_t C, std::size_t OC) {
+  return matmul_forward_plan(N, C, OC, true);
+}
+GemmPlan matmul_forward_without_bias(std::size_t N, std::size_t C, std::size_t OC) {
+  return matmul_forward_plan(N, C, OC, false);
+}
+
+// The backward matmul products accumulate (beta 1) onto the random values already in din and dweight; every
+// attention output is the backend's scratch (beta 0).
+const ReplayCase kReplayCases[] = {
+    {"OutEqualsInTimesWeightTransposed", matmul_forward_without_bias, nullptr,
+     {O::out, O::in, false, O::weight, true}, false, 0.0f, false},
+    {"OutEqualsInTimesWeightTransposedPlusBias", matmul_forward_with_bias, nullptr,
+     {O::out, O::in, false, O::weight, true}, false, 0.0f, true},
+    {"DinPlusEqualsDoutTimesWeight", matmul_backward_input_plan, nullptr, {O::din, O::dout, false, O::weight, false},
+     false, 1.0f, false},
+    {"DweightPlusEqualsDoutTransposedTimesIn", matmul_backward_weight_plan, nullptr,
+     {O::dweight, O::dout, true, O::in, false}, false, 1.0f, false},
+    {"ScoresEqualScaleTimesQTimesKTransposed", nullptr, attention_scores_plan, {O::scores, O::q, false, O::k, true},
+     true, 0.0f, false},
+    {"YEqualsProbsTimesV", nullptr, attention_output_plan, {O::y, O::probs, false, O::v, false}, false, 0.0f, false},
+    {"DprobsEqualDyTimesVTransposed", nullptr, attention_dprobs_plan, {O::dprobs, O::dy, false, O::v, true}, false,
+     0.0f, false},
+    {"DvEqualsProbsTransposedTimesDy", nullptr, attention_dv_plan, {O::dv, O::probs, true, O::dy, false}, false,
+     0.0f, false},
+    {"DqEqualsScaleTimesDscoresTimesK", nullptr, attention_dq_plan, {O::dq, O::dscores, false, O::k, false}, true,
+     0.0f, false},
+    {"DkEqualsScaleTimesDscoresTransposedTimesQ", nullptr, attention_dk_plan, {O::dk, O::dscores, true, O::q, false},
+     true, 0.0f, false},
+};
+
+GemmPlan plan_of(const ReplayCase& c, const MatmulShape& s) { return c.matmul(s.N, s.C, s.OC); }
+GemmPlan plan_of(const ReplayCase& c, const AttentionShape& s) { return c.attention(s.B, s.T, s.C, s.NH); }
+
+template <typename Shape, std::size_t count>
+void expect_replays_on(const Shape (&shapes)[count], const ReplayCase& c) {
+  std::mt19937 rng(1);
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(s.describe());
+    Tensors t = s.random_tensors(rng);
+    const std::vector<float> bias = random_floats(s.dims(c.product.output).cols, rng);
+    expect_replay_matches(plan_of(c, s), t, c.product, [&s](O o) { return s.dims(o); }, s.batch(),
+                          c.scaled ? s.scale() : 1.0f, c.beta, c.bias ? &bias : nullptr);
+  }
+}
+
+class GemmPlanReplay : public testing::TestWithParam<ReplayCase> {};
+
+TEST_P(GemmPlanReplay, MatchesTheRowMajorProductOnAwkwardShapes) {
+  if (GetParam().matmul)
+    expect_replays_on(kMatmulShapes, GetParam());
+  else
+    expect_replays_on(kAttentionShapes, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryProduct, GemmPlanReplay, testing::ValuesIn(kReplayCases),
+                         [](const testing::TestParamInfo<ReplayCase>& info) { return info.param.name; });
+
+// ---- the fields, against the table of CUDA.md ---------------------------------------------------------------
+
+TEST(GemmPlan, MatmulPlansMatchTheTableOfCudaMd) {
+  const std::int64_t N = 6, C = 16, OC = 24;
+  struct Row {
+    GemmPlan plan;
+    O a;
+    GemmOp transa;
+    O b;
+    GemmOp transb;
+    std::vector<std::int64_t> m_n_k_lda_ldb_ldc;
+    float beta;  // 1 for din: the backend contract accumulates into it
+  };
+  const Row table[] = {
+      {matmul_forward_plan(N, C, OC, true), O::weight, GemmOp::T, O::in, GemmOp::N, {OC, N, C, C, C, OC}, 0.0f},
+      {matmul_backward_input_plan(N, C, OC), O::weight, GemmOp::N, O::dout, GemmOp::N, {C, N, OC, C, OC, C}, 1.0f},
+      {matmul_backward_weight_plan(N, C, OC), O::in, GemmOp::N, O::dout, GemmOp::T, {C, OC, N, C, OC, C}, 1.0f},
+  };
+  for (const Row& row : table) {
+    const GemmPlan& p = row.plan;
+    SCOPED_TRACE(std::string(operand_name(p.c)));
+    EXPECT_EQ(p.a, row.a);
+    EXPECT_EQ(p.transa, row.transa);
+    EXPECT_EQ(p.b, row.b);
+    EXPECT_EQ(p.transb, row.transb);
+    EXPECT_EQ((std::vector<std::int64_t>{p.m, p.n, p.k, p.lda, p.ldb, p.ldc}), row.m_n_k_lda_ldb_ldc);
+    EXPECT_EQ(p.beta, row.beta);
+    EXPECT_EQ(p.alpha, 1.0f);
+    EXPECT_EQ(p.batch, 1);
+    EXPECT_EQ(p.bias_epilogue, p.c == O::out);
+  }
+  EXPECT_FALSE(matmul_forward_plan(N, C, OC, false).bias_epilogue);
+}
+
+// ---- what cuBLASLt requires of a call, checked on the host ---------------------------------------------------
+
+std::vector<GemmPlan> matmul_plans(const MatmulShape& s) {
+  std::vector<GemmPlan> plans;
+  for (const ReplayCase& c : kReplayCases)
+    if (c.matmul) plans.push_back(plan_of(c, s));
+  return plans;
+}
+
+std::vector<GemmPlan> attention_plans(const AttentionShape& s) {
+  std::vector<GemmPlan> plans;
+  for (const ReplayCase& c : kReplayCases)
+    if (c.attention) plans.push_back(plan_of(c, s));
+  return plans;
+}
+
+TEST(GemmPlan, EveryPlanIsAValidGemmCall) {
+  for (const MatmulShape& s : kMatmulShapes)
+    for (const GemmPlan& p : matmul_plans(s)) EXPECT_EQ(gemm_plan_problem(p), "") << s.describe();
+  for (const AttentionShape& s : kAttentionShapes)
+    for (const GemmPlan& p : attention_plans(s)) {
+      EXPECT_EQ(gemm_plan_problem(p), "") << s.describe() << " output " << operand_name(p.c);
+      // Heads one after another, none overlapping: the strides are the head's whole matrices.
+      EXPECT_EQ(p.stride_c, p.ldc * p.n) << operand_name(p.c);
+    }
+}
+
+TEST(GemmPlan, ProblemNamesWhatIsWrongWithABrokenPlan) {
+  const GemmPlan good = matmul_forward_plan(4, 16, 8, false);  // A = weight stored [C = 16 rows, OC], op T
+  GemmPlan p = good;
+  p.lda = 15;
+  EXPECT_EQ(gemm_plan_problem(p), "lda is below the rows of A as stored");
+  p = good;
+  p.ldb = 15;
+  EXPECT_EQ(gemm_plan_problem(p), "ldb is below the rows of B as stored");
+  p = good;
+  p.ldc = 7;
+  EXPECT_EQ(gemm_plan_problem(p), "ldc is below m");
+  p = good;
+  p.k = 0;
+  EXPECT_EQ(gemm_plan_problem(p), "m, n and k must be at least 1");
+  p = attention_scores_plan(2, 4, 8, 2);
+  p.stride_c = p.ldc * p.n - 1;
+  EXPECT_EQ(gemm_plan_problem(p), "batch members of D overlap (stride_c < ldc·n)");
+  p.stride_c = -1;
+  EXPECT_EQ(gemm_plan_problem(p), "a stride is negative");
+}
+
+TEST(GemmPlan, Bf16AlignedWhereChannelsHeadSizeAndTAreMultiplesOf8) {
+  // Every ld and stride × 2 bytes a multiple of 16 where C, OC (matmul) and hs, T (attention) are multiples of 8;
+  // N never enters an ld, so an odd row count keeps the alignment.
+  for (const MatmulShape s : {MatmulShape{1, 8, 8}, MatmulShape{7, 24, 40}, MatmulShape{33, 768, 2304}})
+    for (const GemmPlan& p : matmul_plans(s)) EXPECT_TRUE(gemm_plan_aligned(p, 2)) << s.describe();
+  for (const AttentionShape s : {AttentionShape{1, 8, 8, 1}, AttentionShape{3, 16, 64, 4},
+                                 AttentionShape{2, 1024, 768, 12}})
+    for (const GemmPlan& p : attention_plans(s))
+      EXPECT_TRUE(gemm_plan_aligned(p, 2)) << s.describe() << " output " << operand_name(p.c);
+
+  // Where they are not, some ld or stride breaks it, and the backend must fall back or refuse: C = 13 (lda of the
+  // forward), OC = 12 (ldc of the forward), hs = 4 (every [T,hs] ld), T = 12 (ld of scores and probs).
+  EXPECT_FALSE(gemm_plan_aligned(matmul_forward_plan(8, 13, 16, false), 2));
+  EXPECT_FALSE(gemm_plan_aligned(matmul_forward_plan(8, 16, 12, false), 2));
+  EXPECT_FALSE(gemm_plan_aligned(matmul_backward_weight_plan(8, 16, 12), 2));
+  EXPECT_FALSE(gemm_plan_aligned(attention_output_plan(1, 8, 8, 2), 2));
+  EXPECT_FALSE(gemm_plan_aligned(attention_scores_plan(1, 12, 16, 2), 2));
+  EXPECT_FALSE(gemm_plan_aligned(attention_dv_plan(1, 12, 16, 2), 2));
+  // fp32 needs only multiples of 4 elements.
+  EXPECT_TRUE(gemm_plan_aligned(attention_scores_plan(1, 12, 16, 4), 4));
+}
+
+}  // namespace
+}  // namespace dptrain
