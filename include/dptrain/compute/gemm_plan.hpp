@@ -11,6 +11,7 @@
 //
 // Every array here is contiguous, so each ld is its array's row length. Element counts, never bytes.
 #pragma once
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,6 +38,8 @@ struct GemmPlan {
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements; set on every attention plan, 0 on matmul
   float alpha = 1.0f, beta = 0.0f;
   bool bias_epilogue = false;  // CUBLASLT_EPILOGUE_BIAS: D(i,j) += bias[i], a vector of m (= OC) elements
+
+  auto operator<=>(const GemmPlan&) const = default;  // a key: the cuda backend caches cuBLASLt's choice per plan
 };
 
 // ---- matmul (backend.hpp): N rows, C input channels, OC output channels; call per window with N = T and the row

@@ -11,11 +11,14 @@ namespace dptrain::cuda {
 
 namespace {
 
-// The largest power of two (≤ 256) dividing the address: what cuBLASLt may assume about a pointer.
-unsigned alignment_of(const void* p) {
+// The largest power of two (≤ 256) dividing the address and the byte offsets of every column and batch member:
+// what cuBLASLt may assume about an operand (it takes it as the pointer's alignment).
+unsigned alignment_of(const void* p, std::int64_t ld, std::int64_t stride, std::size_t element_bytes) {
   const auto address = reinterpret_cast<std::uintptr_t>(p);
+  const auto column = std::uintptr_t(ld) * element_bytes, member = std::uintptr_t(stride) * element_bytes;
   unsigned alignment = 256;
-  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  while (alignment > 1 && (address % alignment != 0 || column % alignment != 0 || member % alignment != 0))
+    alignment /= 2;
   return alignment;
 }
 
@@ -110,7 +113,10 @@ void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<Tensor> tenso
   const void *A = find(plan.a), *B = find(plan.b);
   void* D = const_cast<void*>(find(plan.c));
   if (plan.bias_epilogue != (bias != nullptr)) throw std::logic_error("GEMM: bias given iff the plan adds one");
-  const Prepared& p = prepare({plan, int(d_type), alignment_of(A), alignment_of(B), alignment_of(D)});
+  const std::size_t d_bytes = d_type == CUDA_R_32F ? 4 : 2;
+  const Prepared& p = prepare({plan, int(d_type), alignment_of(A, plan.lda, plan.stride_a, 2),
+                               alignment_of(B, plan.ldb, plan.stride_b, 2),
+                               alignment_of(D, plan.ldc, plan.stride_c, d_bytes)});
   if (bias)
     DP_CUDA(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const float alpha = plan.alpha, beta = plan.beta;
