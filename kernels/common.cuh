@@ -1,6 +1,8 @@
 // What every kernel file includes: the CUDA runtime under nvcc, or the CPU harness that the kernel tests include
-// first (tests/kernels/cuda_on_cpu.hpp) under g++; warp reductions; BF16 conversions usable on both sides.
+// first (tests/kernels/cuda_on_cpu.hpp) under g++; warp reductions; BF16 conversions usable on both sides; the online
+// softmax denominator of the softmax kernels.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -47,6 +49,37 @@ __host__ __device__ __forceinline__ bf16 to_bf16_rne(float f) {
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
   return x;
+}
+
+// An online softmax denominator over a stream of values: m, the largest value seen, and s = Σ exp(x − m) over
+// the values seen (m = −∞, s = 0 before the first). Softmaxes keep one per thread, then merge them.
+__device__ __forceinline__ void softmax_add(float& m, float& s, float x) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
+
+// (m, s) ⊕ (m2, s2). Symmetric to the bit: the two operands are put in one order first (the larger maximum, or
+// on a tie the larger sum, on the left), so both lanes of a butterfly evaluate the same expression on the same
+// values whichever side each holds.
+__device__ __forceinline__ void softmax_merge(float& m, float& s, float m2, float s2) {
+  if (m2 > m || (m2 == m && s2 > s)) {
+    const float m1 = m, s1 = s;
+    m = m2, s = s2, m2 = m1, s2 = s1;
+  }
+  if (m2 == -INFINITY) return;  // that side saw nothing (and m = −∞ only if neither did): exp(−∞ + ∞) is NaN
+  s += s2 * expf(m2 - m);
+}
+
+// The merge over the 32 lanes of a warp, every lane getting the same bits.
+__device__ __forceinline__ void warp_softmax_merge(float& m, float& s) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float m2 = __shfl_xor_sync(kFullMask, m, offset), s2 = __shfl_xor_sync(kFullMask, s, offset);
+    softmax_merge(m, s, m2, s2);
+  }
 }
 
 }  // namespace dptrain::kernels

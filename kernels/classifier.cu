@@ -1,0 +1,73 @@
+// The fused classifier: softmax cross-entropy with the probabilities over the logits and the dlogits over the
+// probabilities, one block per row; the loss sum in one block. Every reduction has a fixed order (each thread's
+// strided share, a butterfly per warp, the warps in order; a halving tree for the loss sum), so every run gives the
+// same bits.
+#include "classifier.cuh"
+
+namespace dptrain::kernels {
+namespace {
+
+// (m, s) merged over the block, every thread getting the same bits: a butterfly per warp, then each thread merges
+// the warps' results in warp order.
+__device__ void block_softmax_merge(float& m, float& s) {
+  __shared__ float warp_m[32], warp_s[32];
+  warp_softmax_merge(m, s);
+  if (threadIdx.x % 32 == 0) {
+    warp_m[threadIdx.x / 32] = m;
+    warp_s[threadIdx.x / 32] = s;
+  }
+  __syncthreads();
+  m = warp_m[0];
+  s = warp_s[0];
+  for (unsigned w = 1; w < blockDim.x / 32; ++w) softmax_merge(m, s, warp_m[w], warp_s[w]);
+}
+
+}  // namespace
+
+__global__ void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N,
+                                   std::size_t V) {
+  const std::size_t n = blockIdx.x;
+  if (n >= N) return;  // the whole block
+  bf16* row = logits + n * V;
+  const std::size_t target = std::size_t(targets[n]);
+  // Read before the merge's __syncthreads: after it the row is overwritten.
+  const float x_target = to_f32(row[target]);
+  // The denominator over every logit but the target's, which is added at the end: then the loss is
+  // log(1 + Σ_{j≠t} exp(x_j − x_t)), accurate however small that sum is (as p[target] nears 1).
+  float m = -INFINITY, s = 0.0f;
+  for (std::size_t j = threadIdx.x; j < V; j += blockDim.x)
+    if (j != target) softmax_add(m, s, to_f32(row[j]));
+  block_softmax_merge(m, s);
+  // m − x_t > 88 overflows the product to +∞: such a loss is past the cap anyway.
+  if (threadIdx.x == 0) losses[n] = fminf(log1pf(s * expf(m - x_target)), -logf(1e-30f));
+  const float top = fmaxf(m, x_target);
+  const float inv = 1.0f / (s * expf(m - top) + expf(x_target - top));
+  for (std::size_t j = threadIdx.x; j < V; j += blockDim.x) row[j] = to_bf16_rne(expf(to_f32(row[j]) - top) * inv);
+}
+
+__global__ void loss_sum(double* acc, const float* losses, std::size_t N) {
+  __shared__ double partial[kLossSumThreads];
+  double x = 0.0;
+  for (std::size_t i = threadIdx.x; i < N; i += blockDim.x) x += losses[i];
+  partial[threadIdx.x] = x;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *acc += partial[0];
+}
+
+__global__ void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss,
+                                    std::size_t N, std::size_t V) {
+  const std::size_t n = blockIdx.x;
+  if (n >= N) return;
+  bf16* row = probs + n * V;
+  const std::size_t target = std::size_t(targets[n]);
+  for (std::size_t j = threadIdx.x; j < V; j += blockDim.x) {
+    const float p_minus_onehot = j == target ? expm1f(-losses[n]) : to_f32(row[j]);
+    row[j] = to_bf16_rne(p_minus_onehot * dloss);
+  }
+}
+
+}  // namespace dptrain::kernels

@@ -1,0 +1,32 @@
+// The fused classifier (classifier.cu): softmax cross-entropy over the vocabulary with the probabilities written
+// over the logits, the per-row losses, their sum, and the dlogits written over the probabilities.
+#pragma once
+#include "common.cuh"
+
+namespace dptrain::kernels {
+
+// logits [N,V] become the softmax probabilities in place (BF16; max and Σexp in fp32, one online pass plus the
+// writing pass); losses[n] = −log p[targets[n]], computed in fp32 from the fp32 logits (never from a rounded
+// probability, so a loss near 0 keeps its relative accuracy) and capped at −log(1e-30) as the cpu backend does.
+// targets[n] must lie in [0, V). One block per row.
+__global__ void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N,
+                                   std::size_t V);
+// *acc += Σ losses[N], in double, by a fixed tree: one block.
+__global__ void loss_sum(double* acc, const float* losses, std::size_t N);
+// probs [N,V] (what classifier_forward left) become the dlogits in place: (p − [j = target])·dloss. At the target,
+// p − 1 is recomputed in fp32 as expm1(−losses[n]) (a stored BF16 probability near 1 would lose it); elsewhere p is
+// the stored BF16 probability. One block per row.
+__global__ void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss,
+                                    std::size_t N, std::size_t V);
+
+// classifier_forward and classifier_backward: one block of 512 threads per row.
+constexpr unsigned kClassifierThreads = 512;
+inline Launch classifier_launch(std::size_t N) {
+  return {dim3(N == 0 ? 1u : unsigned(N)), dim3(kClassifierThreads), 0};
+}
+
+// loss_sum: a single block of 256 threads (a power of two: the tree halves it).
+constexpr unsigned kLossSumThreads = 256;
+inline Launch loss_sum_launch() { return {dim3(1), dim3(kLossSumThreads), 0}; }
+
+}  // namespace dptrain::kernels

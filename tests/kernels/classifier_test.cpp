@@ -1,0 +1,203 @@
+// The fused classifier of kernels/classifier.cu, run on the CPU by cuda_on_cpu.hpp, against the cpu backend's
+// softmax_cross_entropy_forward/backward (fp32) and against exact values (double) computed from the same BF16
+// logits. Shapes: V = 1, V < 32, V not a multiple of the block's 512 threads, a single row, the GPT-2 vocabulary;
+// rows whose target has a probability near 1, and one whose loss is capped.
+//
+// Tolerances, from the arithmetic (test_data.hpp: a BF16 rounding moves v by ≤ 2⁻⁸·|v|, an fp32 operation by
+// ≤ 2⁻²⁴·|v|; u = 2⁻²⁴ below):
+// - The kernel's Σ exp is a thread's online sum of ⌈V/512⌉ terms (≤ 3 roundings a step: exp, rescale, add), a
+//   five-level butterfly and up to 15 warps merged in order (≤ 3 roundings each), then exp, log1p or a reciprocal
+//   and a product: its probabilities and Σ_{j≠t} e^{x_j−x_t} are within kernel_rel = (3·⌈V/512⌉ + 64)·u, relative,
+//   of the exact values.
+// - The cpu backend sums V terms in a row: within cpu_rel = (V + 8)·u.
+// - loss = log1p(Q) with Q within kernel_rel: off by ≤ kernel_rel·Q/(1 + Q) ≤ kernel_rel·min(1, 1.5·loss), plus a
+//   few ulps of log1p. p[t] − 1 = expm1(−loss) then moves by ≤ 2·kernel_rel relative, before its BF16 rounding.
+#include "cuda_on_cpu.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "dptrain/compute/backend.hpp"
+#include "test_data.hpp"
+#include "../../kernels/classifier.cu"
+
+namespace dptrain {
+namespace {
+
+using namespace kernel_tests;
+
+constexpr double u = kFp32Rounding;
+const double kLossCap = -std::log(double(1e-30f));  // the cpu backend's: −log(max(p, 1e-30))
+
+double kernel_rel(std::size_t V) { return (3.0 * std::ceil(V / 512.0) + 64) * u; }
+double cpu_rel(std::size_t V) { return (double(V) + 8) * u; }
+
+// One row's exact softmax, loss and p[t] − 1, in double from its logits.
+struct ExactRow {
+  std::vector<double> p;
+  double loss, target_p_minus_one;
+};
+
+ExactRow exact_row(const float* x, std::size_t V, std::size_t t) {
+  const double top = *std::max_element(x, x + V);
+  double sum = 0, others = 0;  // Σ e^{x_j − top}; Σ_{j≠t} e^{x_j − x_t}
+  for (std::size_t j = 0; j < V; ++j) {
+    sum += std::exp(x[j] - top);
+    if (j != t) others += std::exp(double(x[j]) - x[t]);
+  }
+  ExactRow row{std::vector<double>(V), std::min(std::log1p(others), kLossCap), -others / (1 + others)};
+  for (std::size_t j = 0; j < V; ++j) row.p[j] = std::exp(x[j] - top) / sum;
+  return row;
+}
+
+class Classifier : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::mt19937 rng{5};
+
+  std::vector<std::int32_t> random_targets(std::size_t N, std::size_t V) {
+    std::uniform_int_distribution<std::int32_t> draw(0, std::int32_t(V) - 1);
+    std::vector<std::int32_t> targets(N);
+    for (std::int32_t& t : targets) t = draw(rng);
+    targets[0] = std::int32_t(V) - 1;  // the last column
+    return targets;
+  }
+
+  // Runs the forward, loss_sum and backward kernels on logits [N,V] and checks everything they write against the
+  // cpu backend and the exact values. Returns the kernels' dlogits and losses for further checks.
+  struct Result {
+    std::vector<bf16> probs, dlogits;
+    std::vector<float> losses;
+  };
+  Result check(const std::vector<bf16>& logits, const std::vector<std::int32_t>& targets, std::size_t N,
+               std::size_t V, float dloss) {
+    Result k{logits, {}, std::vector<float>(N, NAN)};
+    cuda_on_cpu::launch(kernels::classifier_forward, kernels::classifier_launch(N), k.probs.data(), k.losses.data(),
+                        targets.data(), N, V);
+    double acc = 0.25;  // loss_sum adds to what is there
+    cuda_on_cpu::launch(kernels::loss_sum, kernels::loss_sum_launch(), &acc, k.losses.data(), N);
+    k.dlogits = k.probs;
+    cuda_on_cpu::launch(kernels::classifier_backward, kernels::classifier_launch(N), k.dlogits.data(),
+                        k.losses.data(), targets.data(), dloss, N, V);
+
+    // The cpu backend on the fp32 logits, forward then backward; and its backward alone on the kernel's own BF16
+    // probabilities (off the target, the kernel does exactly its arithmetic there).
+    const std::vector<float> logits_f = as_floats(logits);
+    std::vector<float> ref = logits_f, losses_ref(N), ref_on_kernel_probs = as_floats(k.probs);
+    double sum_ref = 0.25;
+    cpu->softmax_cross_entropy_forward(ref.data(), losses_ref.data(), targets.data(), N, V, &sum_ref);
+    const std::vector<float> probs_ref = ref;
+    cpu->softmax_cross_entropy_backward(ref.data(), targets.data(), dloss, N, V);
+    cpu->softmax_cross_entropy_backward(ref_on_kernel_probs.data(), targets.data(), dloss, N, V);
+
+    const double kr = kernel_rel(V), cr = cpu_rel(V);
+    double host_sum = 0.25, magnitude = 0.25, sum_tolerance = 0;
+    for (std::size_t n = 0; n < N; ++n) {
+      SCOPED_TRACE(::testing::Message() << "row " << n << " target " << targets[n]);
+      const std::size_t t = std::size_t(targets[n]);
+      const ExactRow exact = exact_row(logits_f.data() + n * V, V, t);
+      for (std::size_t j = 0; j < V; ++j) {
+        const std::size_t i = n * V + j;
+        const double p = to_float(k.probs[i]);
+        // Probabilities: one BF16 rounding of a value within kernel_rel of the exact, and cpu_rel from the cpu's.
+        EXPECT_NEAR(p, exact.p[j], (kBf16Rounding + kr) * exact.p[j] + kSmallestNormal) << "j " << j;
+        EXPECT_NEAR(p, probs_ref[i], (kBf16Rounding + kr + cr) * probs_ref[i] + kSmallestNormal) << "j " << j;
+        const double d = to_float(k.dlogits[i]);
+        if (j != t) {
+          // Off the target: the stored probability times dloss, rounded once: bitwise the cpu backend's
+          // arithmetic on the same probabilities; from the fp32 logits, two BF16 roundings (p, then p·dloss).
+          EXPECT_EQ(k.dlogits[i].bits, to_bf16(ref_on_kernel_probs[i]).bits) << "j " << j;
+          // (2⁻¹⁵ for the product of the two roundings' and the others' relative errors.)
+          EXPECT_NEAR(d, ref[i], (2 * kBf16Rounding + 0x1p-15 + kr + cr) * std::abs(ref[i]) + kSmallestNormal)
+              << "j " << j;
+        } else {
+          // At the target: expm1(−loss)·dloss, within 2·kernel_rel of the exact, then one BF16 rounding. The cpu
+          // backend's (p − 1)·dloss carries its p's absolute error cpu_rel·p, which dominates as p nears 1.
+          const double e = exact.target_p_minus_one * dloss;
+          EXPECT_NEAR(d, e, (kBf16Rounding + 2 * kr) * std::abs(e) + kSmallestNormal);
+          EXPECT_NEAR(d, ref[i], (kBf16Rounding + 2 * kr) * std::abs(ref[i]) + 2 * cr * exact.p[j] * dloss);
+        }
+      }
+      // Losses: from the exact within kernel_rel·min(1, 1.5·loss) and a few ulps; from the cpu's also within its
+      // cpu_rel (−log of a p that is cpu_rel off, relative).
+      const double loss_tolerance = kr * std::min(1.0, 1.5 * exact.loss) + 4 * u * exact.loss;
+      EXPECT_NEAR(k.losses[n], exact.loss, loss_tolerance);
+      EXPECT_NEAR(k.losses[n], losses_ref[n], loss_tolerance + cr + 4 * u * exact.loss);
+      host_sum += k.losses[n];
+      magnitude += std::abs(k.losses[n]);
+      sum_tolerance += loss_tolerance + cr + 4 * u * exact.loss;
+    }
+    // loss_sum: the same N + 1 doubles added in another order, each addition within 2⁻⁵³ of the running sum.
+    EXPECT_NEAR(acc, host_sum, double(N + 1) * 0x1p-53 * magnitude);
+    EXPECT_NEAR(acc, sum_ref, sum_tolerance + double(N + 1) * 0x1p-53 * magnitude);
+    return k;
+  }
+};
+
+TEST_F(Classifier, ForwardAndBackwardMatchTheCpuBackendAndTheExactValues) {
+  struct Shape {
+    std::size_t N, V;
+  };
+  // V = 1 (p = 1, loss 0); V < 32 (most threads idle); V = 513 (one thread has two columns, the rest one);
+  // a single row; the GPT-2 vocabulary.
+  for (const Shape s : {Shape{1, 1}, Shape{3, 7}, Shape{2, 31}, Shape{4, 513}, Shape{3, 1000}, Shape{1, 50257}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << s.N << " V " << s.V);
+    const std::vector<bf16> logits = uniform_bf16(rng, s.N * s.V, -4, 4);
+    check(logits, random_targets(s.N, s.V), s.N, s.V, 0.37f / float(s.N));
+  }
+}
+
+TEST_F(Classifier, TargetNearOneKeepsItsGradientAndAHopelessTargetCapsItsLoss) {
+  const std::size_t N = 4, V = 300;
+  std::vector<bf16> logits = uniform_bf16(rng, N * V, -1, 1);
+  const std::vector<std::int32_t> targets = {17, 0, 299, 150};
+  // Row 0: 1 − p[t] ≈ 300·e⁻¹⁴ ≈ 3e-4, below half a BF16 step under 1 (2⁻⁹): the stored probability is 1.
+  // Row 1: 1 − p[t] ≈ 1e-8: even the fp32 probability is 1. Row 2: an ordinary confident row, 1 − p ≈ 0.03.
+  // Row 3: the target 80 below the others: p[t] ≈ e⁻⁸⁰/300 < 1e-30, the loss capped at −log(1e-30).
+  logits[0 * V + 17] = to_bf16(14.0f);
+  logits[1 * V + 0] = to_bf16(24.0f);
+  logits[2 * V + 299] = to_bf16(9.0f);
+  for (std::size_t j = 0; j < V; ++j) logits[3 * V + j] = to_bf16(j == 150 ? -40.0f : 40.0f);
+  const float dloss = 0.25f;
+  const Result k = check(logits, targets, N, V, dloss);
+
+  const std::vector<float> logits_f = as_floats(logits);
+  for (std::size_t n = 0; n < 2; ++n) {
+    SCOPED_TRACE(::testing::Message() << "row " << n);
+    const std::size_t t = std::size_t(targets[n]);
+    const ExactRow exact = exact_row(logits_f.data() + n * V, V, t);
+    EXPECT_EQ(to_float(k.probs[n * V + t]), 1.0f);  // what the stored probability says
+    // check() held the dlogit to one BF16 rounding of the exact; the stored probability alone would give 0.
+    EXPECT_NE(to_float(k.dlogits[n * V + t]), 0.0f);
+    EXPECT_NEAR(to_float(k.dlogits[n * V + t]), exact.target_p_minus_one * dloss,
+                kBf16Rounding * std::abs(exact.target_p_minus_one * dloss) * 1.01);
+    // And the loss keeps its relative accuracy, although it is far below one ulp of 1.
+    EXPECT_NEAR(k.losses[n], exact.loss, 1e-5 * exact.loss);
+  }
+  EXPECT_NEAR(k.losses[3], kLossCap, 4 * u * kLossCap);
+  EXPECT_EQ(to_float(k.dlogits[3 * V + 150]), -dloss);  // p[t] − 1 = −1 to fp32 precision
+}
+
+TEST_F(Classifier, LossSumAddsEveryLossInDoubleWhateverN) {
+  // N below, at and above the block's 256 threads.
+  for (const std::size_t N : {std::size_t(1), std::size_t(256), std::size_t(1001)}) {
+    SCOPED_TRACE(::testing::Message() << "N " << N);
+    std::uniform_real_distribution<float> draw(0, 12);
+    std::vector<float> losses(N);
+    for (float& l : losses) l = draw(rng);
+    losses[0] = 1e-7f;  // magnitudes far apart: the double sum keeps both
+    double acc = -3.5, again = -3.5, host = -3.5, magnitude = 3.5;
+    for (const float l : losses) host += l, magnitude += l;
+    cuda_on_cpu::launch(kernels::loss_sum, kernels::loss_sum_launch(), &acc, losses.data(), N);
+    cuda_on_cpu::launch(kernels::loss_sum, kernels::loss_sum_launch(), &again, losses.data(), N);
+    EXPECT_NEAR(acc, host, double(N + 1) * 0x1p-53 * magnitude);
+    EXPECT_EQ(acc, again);
+  }
+}
+
+}  // namespace
+}  // namespace dptrain
