@@ -23,7 +23,7 @@
 //
 // Expected cost on an H200 at N = 65,536, C = 768, V = 50,257 (an estimate, not measured): 3 × 256 = 768 blocks
 // of 256 threads, all resident at once (16 KiB + 2 KiB of shared memory each). Each block reads the 256 KiB of
-// tokens (from L2) in 256 tiles of ~10 shuffles and 3 barriers: ~0.05 ms. The additions read dout once (100 MB,
+// tokens (from L2) in 256 tiles of ~10 shuffles and 2 barriers: ~0.05 ms. The additions read dout once (100 MB,
 // ~25 µs of HBM); a block's first sight of a token (and a cache conflict) costs one dwte load and one store of its
 // 256 channels. The tail is the bucket of the most frequent token (~4% of GPT-2 text is one token, ~2,600 rows
 // instead of ~256 per bucket): its blocks wait on ~2,600/8 rounds of dout loads (eight rows' loads are issued
@@ -127,7 +127,8 @@ __global__ void embedding_backward_wte(float* __restrict__ dwte, const bf16* __r
         if (owner) mine[s * kWteThreads] += d[u];
       }
     }
-    __syncthreads();  // the next tile rewrites the list
+    // No barrier here: the next tile writes warp_count, read before this tile's second barrier, and the list only
+    // after its own first barrier, which every thread reaches once done with this list.
   }
   for (unsigned s = 0; s < kWteSlots; ++s)
     if (owner && tag[s] >= 0) dwte[std::size_t(tag[s]) * C + c] = mine[s * kWteThreads];
