@@ -27,7 +27,7 @@ struct Launch {
   std::size_t shared_bytes = 0;
 };
 
-constexpr unsigned ceil_div(std::size_t a, std::size_t b) { return unsigned((a + b - 1) / b); }
+__host__ __device__ constexpr unsigned ceil_div(std::size_t a, std::size_t b) { return unsigned((a + b - 1) / b); }
 
 // BF16 ↔ fp32 with the rounding of core/bf16.hpp (nearest, ties to even; NaN stays a quiet NaN).
 __host__ __device__ __forceinline__ float to_f32(bf16 x) {
@@ -37,6 +37,9 @@ __host__ __device__ __forceinline__ float to_f32(bf16 x) {
   return f;
 }
 
+// The identity on fp32, so that code templated on the element type reads BF16 and fp32 alike.
+__host__ __device__ __forceinline__ float to_f32(float x) { return x; }
+
 __host__ __device__ __forceinline__ bf16 to_bf16_rne(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -45,8 +48,9 @@ __host__ __device__ __forceinline__ bf16 to_bf16_rne(float f) {
 }
 
 // Σ over the 32 lanes of a warp, every lane getting the same bits (a butterfly: the same additions in the same
-// order on every lane).
-__device__ __forceinline__ float warp_sum(float x) {
+// order on every lane). For float, double and the integer types.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
   return x;
 }

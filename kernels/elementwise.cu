@@ -1,6 +1,6 @@
-// Elementwise kernels on BF16 activations with fp32 arithmetic: the tanh-approximate GELU and its backward, and
-// the ring's BF16 reduce-add (fp32 add, one rounding: what NCCL does per hop). Grid-stride loops, so any grid
-// covers any n.
+// Elementwise kernels on BF16 activations with fp32 arithmetic: the tanh-approximate GELU and its backward, the
+// ring's BF16 reduce-add (fp32 add, one rounding: what NCCL does per hop), out += a on fp32 (gradients) and the
+// casts between fp32 and BF16 (bitwise core/bf16.hpp's). Grid-stride loops, so any grid covers any n.
 #include "elementwise.cuh"
 
 namespace dptrain::kernels {
@@ -32,6 +32,27 @@ __global__ void reduce_add_bf16(bf16* acc, const bf16* incoming, std::size_t n) 
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x)
     acc[i] = to_bf16_rne(to_f32(acc[i]) + to_f32(incoming[i]));
+}
+
+// out[i] += a[i], fp32.
+__global__ void add_f32(float* out, const float* a, std::size_t n) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    out[i] += a[i];
+}
+
+// out[i] = bf16(in[i]), round to nearest even (NaN stays a quiet NaN): bitwise core/bf16.hpp's to_bf16.
+__global__ void cast_f32_to_bf16(bf16* out, const float* in, std::size_t n) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    out[i] = to_bf16_rne(in[i]);
+}
+
+// out[i] = in[i] as fp32 (exact): bitwise core/bf16.hpp's to_float.
+__global__ void cast_bf16_to_f32(float* out, const bf16* in, std::size_t n) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    out[i] = to_f32(in[i]);
 }
 
 }  // namespace dptrain::kernels

@@ -1,5 +1,5 @@
-// Elementwise kernels on BF16 with fp32 arithmetic (elementwise.cu): GELU forward and backward, and the ring's
-// BF16 reduce-add. One launch shape for all: grid-stride loops over n.
+// Elementwise kernels on BF16 with fp32 arithmetic (elementwise.cu): GELU forward and backward, the ring's BF16
+// reduce-add, the fp32 accumulate and the BF16 ↔ fp32 casts. One launch shape for all: grid-stride loops over n.
 #pragma once
 #include "common.cuh"
 
@@ -8,6 +8,9 @@ namespace dptrain::kernels {
 __global__ void gelu_forward(bf16* out, const bf16* in, std::size_t n);                      // out = gelu(in)
 __global__ void gelu_backward(bf16* din, const bf16* in, const bf16* dout, std::size_t n);   // din += dout·gelu'(in)
 __global__ void reduce_add_bf16(bf16* acc, const bf16* incoming, std::size_t n);             // acc = bf16(acc + in)
+__global__ void add_f32(float* out, const float* a, std::size_t n);                           // out += a (fp32)
+__global__ void cast_f32_to_bf16(bf16* out, const float* in, std::size_t n);                 // RNE, as core/bf16.hpp
+__global__ void cast_bf16_to_f32(float* out, const bf16* in, std::size_t n);                 // exact
 
 // 256 threads per block, one element per thread up to 65,536 blocks, then grid-stride.
 inline Launch elementwise_launch(std::size_t n) {

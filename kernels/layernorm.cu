@@ -1,6 +1,12 @@
 // LayerNorm forward on BF16 rows with fp32 statistics: one warp per row, the mean and the variance each a
 // warp-wide sum (lanes stride over the row, then a butterfly), so every run gives the same bits. Two passes over
 // the row (mean, then Σ(x − mean)²) as the CPU backend does: no catastrophic cancellation on rows far from zero.
+//
+// Backward: a block takes a contiguous range of rows (reductions.cuh's partition). The input gradient needs two
+// sums over each row, so one warp per row computes it as the forward does; the parameter gradients need sums over
+// rows, so afterwards each thread owns columns and adds the block's rows in order into registers, writing one
+// partial per block (re-reading the rows, which the first pass has just brought into cache). sum_partials then
+// adds the blocks' partials in block order: no atomics, the same bits on every run.
 #include "layernorm.cuh"
 
 namespace dptrain::kernels {
@@ -26,6 +32,42 @@ __global__ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf1
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
+  }
+}
+
+// din += (w·dout − mean(w·dout) − norm·mean(w·dout·norm))·rstd with norm = (in − mean)·rstd, as the cpu backend.
+__global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, const bf16* w, const float* mean,
+                                   const float* rstd, std::size_t N, std::size_t C, float* scratch) {
+  const std::size_t rows = partial_rows(N, gridDim.x), first = std::size_t(blockIdx.x) * rows;
+  const std::size_t last = first + rows < N ? first + rows : N;
+  const unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (std::size_t row = first + threadIdx.x / 32; row < last; row += warps) {  // whole warps leave together
+    const bf16* d = dout + row * C;
+    const bf16* x = in + row * C;
+    const float m = mean[row], s = rstd[row];
+    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+    for (std::size_t c = lane; c < C; c += 32) {
+      const float dnorm = to_f32(w[c]) * to_f32(d[c]);
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * ((to_f32(x[c]) - m) * s);
+    }
+    const float dnorm_mean = warp_sum(dnorm_sum) / float(C), dnorm_norm_mean = warp_sum(dnorm_norm_sum) / float(C);
+    bf16* dx = din + row * C;
+    for (std::size_t c = lane; c < C; c += 32) {
+      const float norm = (to_f32(x[c]) - m) * s;
+      dx[c] = to_bf16_rne(to_f32(dx[c]) + (to_f32(w[c]) * to_f32(d[c]) - dnorm_mean - norm * dnorm_norm_mean) * s);
+    }
+  }
+  float* partial = scratch + std::size_t(blockIdx.x) * 2 * C;
+  for (std::size_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float dw = 0.0f, db = 0.0f;
+    for (std::size_t row = first; row < last; ++row) {
+      const float d = to_f32(dout[row * C + c]);
+      dw += d * (to_f32(in[row * C + c]) - mean[row]) * rstd[row];
+      db += d;
+    }
+    partial[c] = dw;
+    partial[C + c] = db;
   }
 }
 

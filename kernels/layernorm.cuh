@@ -1,6 +1,7 @@
 // LayerNorm on BF16 rows with fp32 statistics (layernorm.cu).
 #pragma once
 #include "common.cuh"
+#include "reductions.cuh"
 
 namespace dptrain::kernels {
 
@@ -11,6 +12,20 @@ __global__ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf1
 constexpr unsigned kLayerNormWarpsPerBlock = 4;
 inline Launch layernorm_forward_launch(std::size_t N) {
   return {dim3(ceil_div(N, kLayerNormWarpsPerBlock)), dim3(32 * kLayerNormWarpsPerBlock), 0};
+}
+
+// Backward, stage 1: din[N,C] += ∂/∂in (BF16, one rounding of the sum), and the parameter gradients' partials:
+// block b of partial_row_blocks(N) takes the rows of reductions.cuh's partition and writes
+// scratch[b][0, C) = Σ_rows dout·(in − mean)·rstd (dw) and scratch[b][C, 2C) = Σ_rows dout (db), fp32.
+// Stage 2: sum_partials(dw, db, scratch, partial_row_blocks(N), C) with sum_partials_launch(2·C): dw, db += Σ.
+// mean, rstd are the forward's.
+__global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, const bf16* w, const float* mean,
+                                   const float* rstd, std::size_t N, std::size_t C, float* scratch);
+inline Launch layernorm_backward_launch(std::size_t N) {
+  return {dim3(partial_row_blocks(N)), dim3(kPartialThreads), 0};
+}
+inline std::size_t layernorm_backward_scratch_bytes(std::size_t N, std::size_t C) {
+  return std::size_t(partial_row_blocks(N)) * 2 * C * sizeof(float);
 }
 
 }  // namespace dptrain::kernels

@@ -19,30 +19,14 @@
 #include "dptrain/core/reduce_add.hpp"
 #include "../../kernels/elementwise.cu"
 #include "../../kernels/layernorm.cu"
+#include "kernel_test_util.hpp"
 
 namespace dptrain {
 namespace {
 
-constexpr double kBf16Ulp = 0x1p-7;  // of |v|: the largest distance between two neighbouring BF16 values
+using namespace kernel_test;
 
-std::vector<bf16> random_bf16(std::mt19937& rng, std::size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<bf16> v(n);
-  for (bf16& x : v) x = to_bf16(u(rng));
-  return v;
-}
-
-std::vector<float> widen(const std::vector<bf16>& v) {
-  std::vector<float> f(v.size());
-  to_float(v.data(), f.data(), v.size());
-  return f;
-}
-
-class Kernels : public ::testing::Test {
- protected:
-  std::unique_ptr<Backend> cpu = make_backend("cpu");
-  std::mt19937 rng{11};
-};
+class Kernels : public KernelTest {};
 
 TEST_F(Kernels, ReduceAddIsBitwiseTheHostReduceAdd) {
   for (std::size_t n : {std::size_t(1), std::size_t(31), std::size_t(1000), std::size_t(4099)}) {
