@@ -37,7 +37,7 @@ TEST_F(DeviceOption, CudaWhereItCannotRunEndsEveryRankWithOneLine) {
       EXPECT_EQ(ranks, 1) << "a node with 3 or more GPUs: this case needs more ranks than GPUs";
       continue;
     }
-    expect_refused(run_command(testing::mpiexec(ranks, 60) + " " + dptrain("--device cuda")), reason);
+    expect_refused(run_command(testing::mpiexec(ranks, 60) + " " + dptrain("--batch 6 --device cuda")), reason);
   }
 }
 

@@ -22,7 +22,12 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
 }
 
 // Every backend of the build (backend_names()) trains through the same engine.
-class Engine : public ::testing::TestWithParam<std::string> {};
+class Engine : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {  // a backend of the build that cannot run here (cuda without a GPU) is skipped, named
+    if (const std::string why = backend_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
 
 TEST_P(Engine, TinyModelOverfitsOneBatch) {
   ModelConfig config{.vocab = 16, .seq = 8, .layers = 2, .width = 32, .heads = 2};

@@ -105,11 +105,11 @@ TEST(RunSummary, LinesAndRecord) {
                          .collectives = {{{CollectiveOp::all_reduce, Algorithm::ring, 1000},
                                           {2, 2000, 2000, 4e-5, 5e-5, 3e-5, 1e-5}}}};
   const LinkSource link{{1e-5, 1e9}, "alpha=10us,bw=1GB/s"};
-  const std::vector<double> memory = {1, 2, 3, 4, 5, 6, 7};
+  const std::vector<double> memory = {1, 2, 3, 4, 5, 6, 7, 8};
   const RunSummary summary = run_summary({.options = options, .run = kRun, .totals = totals, .plan = plan,
                                           .parameters = layout.total(), .link = link, .memory_mine = memory,
                                           .memory_largest = memory, .first_step = 10, .threads = 3});
-  ASSERT_EQ(summary.lines.size(), 5u + 8u);  // done, table header and row, per step, bytes; memory header + 7
+  ASSERT_EQ(summary.lines.size(), 5u + 9u);  // done, table header and row, per step, bytes; memory header + 8
   EXPECT_EQ(summary.lines[0], "dptrain | done: 2 steps | final loss 5.0000 | val 4.5000 | 10.0 ms/step | 12.8k tok/s");
   EXPECT_EQ(summary.lines[2],
             "    all_reduce    ring       1000       2         2000        0.040        0.030     0.010        0.050"
