@@ -22,5 +22,7 @@ cp -L "$plugins"/*.so "$bundle/openmpi/"
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux-x86-64)\.so|/libcud|/libcublas|/libnccl|/libnv' |
   while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
 cp -r "$DPTRAIN_ROOT/configs" "$bundle/"
+# The commit it was built from (with "-dirty" where the working tree had changes), for the check's summary.
+git -C "$DPTRAIN_ROOT" describe --always --dirty --abbrev=40 > "$bundle/COMMIT"
 tar -C "$stage" -cJf "$DPTRAIN_ROOT/build-gpu.tar.xz" build-gpu
 du -h "$DPTRAIN_ROOT/build-gpu.tar.xz"

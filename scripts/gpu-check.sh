@@ -25,15 +25,20 @@ if [ ! -d build-gpu ]; then
   tar -xJf build-gpu.tar.xz
 fi
 bin="$root/build-gpu/bin"
-cuda_lib=/usr/local/cuda/lib64
-torch_nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$root/build-gpu/lib:$cuda_lib:${torch_nccl:+$torch_nccl:}${LD_LIBRARY_PATH:-}"
+# CUDA 13's runtime and cuBLASLt: the toolkit's, else those of the Python packages beside PyTorch.
+cuda_libs=""
+for lib in libcudart.so.13 libcublasLt.so.13; do
+  found=$(ls /usr/local/cuda/lib64/$lib 2>/dev/null || find / -xdev -name "$lib" -path "*nvidia*" 2>/dev/null | head -1)
+  [ -n "$found" ] && cuda_libs="$cuda_libs:$(dirname "$found")"
+done
+export LD_LIBRARY_PATH="$root/build-gpu/lib$cuda_libs:${LD_LIBRARY_PATH:-}"
 # One process without mpirun: Open MPI's singleton, told not to start a daemon, its plugins from the bundle.
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_path="$root/build-gpu/openmpi"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=4
 export DPTRAIN_SOURCE_DIR="$root" DPTRAIN_BINARY_DIR="$root/build-gpu"
 
 # ---- 1. what machine ----------------------------------------------------------------------------------------
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 > "$OUT/device-name.txt"
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
   nvcc --version | tail -2
@@ -50,16 +55,16 @@ run_tests() {  # binary, gtest filter, seconds
     > "$OUT/tests-$name.txt" 2>&1
   tail -3 "$OUT/tests-$name.txt"
 }
-run_tests compute_test '*cuda*' 120
-run_tests dp_test '*CudaAgainstCpu*:*cuda*' 180
-run_tests train_test '*cuda*' 60
+run_tests compute_test '*/cuda:*/cuda_*' 150
+run_tests dp_test 'CudaAgainstCpu.*:Backends/*/cuda' 180
+run_tests train_test 'Backends/*/cuda' 120
 
 # ---- 3. sanitizers on the op tests ----------------------------------------------------------------------------
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     log "compute-sanitizer --tool $tool"
     timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/compute_test" \
-      --gtest_filter='OpForward*cuda*:Optimizer*cuda*' > "$OUT/sanitizer-$tool.txt" 2>&1
+      --gtest_filter='*OpForward.*/cuda:*Optimizer.*/cuda:*AttentionForward.*/cuda_*' > "$OUT/sanitizer-$tool.txt" 2>&1
     echo "$tool exit $?" | tee -a "$OUT/sanitizer-$tool.txt"
   done
 fi
@@ -99,12 +104,13 @@ fi
 python3 - "$OUT" "$batch" "${pytorch_eager:-}" "${pytorch_compiled:-}" <<'PY'
 import datetime, glob, json, os, re, statistics, subprocess, sys
 out, batch, eager, compiled = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-passed = failed = 0
+passed = failed = skipped = 0
 failures = []
 for path in glob.glob(os.path.join(out, "tests-*.json")):
     for suite in json.load(open(path)).get("testsuites", []):
         for t in suite.get("testsuite", []):
             if t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN":
+                skipped += 1
                 continue
             if t.get("failures"):
                 failed += 1; failures.append(suite["name"] + "." + t["name"])
@@ -113,12 +119,11 @@ for path in glob.glob(os.path.join(out, "tests-*.json")):
 device = open(os.path.join(out, "device.txt")).read()
 nccl = re.search(r"nccl ([0-9.]+)", device)
 summary = {
-    "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or
-              os.environ.get("DPTRAIN_COMMIT", "unknown"),
+    "commit": open("build-gpu/COMMIT").read().strip(),  # what the bundle was built from
     "date": datetime.date.today().isoformat(),
-    "device": device.splitlines()[1].split(",")[0] if len(device.splitlines()) > 1 else "unknown",
+    "device": open(os.path.join(out, "device-name.txt")).read().strip() or "unknown",
     "nccl_version": nccl.group(1) if nccl else "unknown",
-    "tests_passed": passed, "tests_failed": failed, "failed_tests": failures,
+    "tests_passed": passed, "tests_failed": failed, "tests_skipped": skipped, "failed_tests": failures,
     "batch": batch, "mfu": None, "tokens_per_s": None,
     "pytorch_tokens_per_s": float(eager) if eager else None,
     "pytorch_compile_tokens_per_s": float(compiled) if compiled else None,

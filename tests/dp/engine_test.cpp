@@ -85,7 +85,8 @@ TEST_P(EngineStages, OptimizerStateRoundTripsThroughTheHost) {
   EXPECT_EQ(back.v, state.v);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, EngineStages, ::testing::ValuesIn(backend_names()));
+INSTANTIATE_TEST_SUITE_P(Backends, EngineStages, ::testing::ValuesIn(backend_names()),
+                        [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace dptrain

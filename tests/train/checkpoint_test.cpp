@@ -184,7 +184,8 @@ TEST_P(Checkpoint, LoopStepNamesTheFolderAndTheOptimizerStepIsRestored) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Checkpoint, ::testing::ValuesIn(backend_names()));
+INSTANTIATE_TEST_SUITE_P(Backends, Checkpoint, ::testing::ValuesIn(backend_names()),
+                        [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace dptrain

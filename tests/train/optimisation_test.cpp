@@ -50,7 +50,8 @@ TEST_P(Engine, TinyModelOverfitsOneBatch) {
   EXPECT_EQ(engine.optimizer_step(), 150);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Engine, ::testing::ValuesIn(backend_names()));
+INSTANTIATE_TEST_SUITE_P(Backends, Engine, ::testing::ValuesIn(backend_names()),
+                        [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace dptrain
