@@ -11,12 +11,14 @@ namespace dptrain {
 namespace {
 
 // A group of one: nothing is ever sent, so any send or receive is a bug.
+// A group of `ranks` (rank 0) that nothing can reach: a send or receive throws std::runtime_error.
 class SoloTransport final : public Transport {
  public:
+  explicit SoloTransport(int ranks = 1) : ranks_(ranks) {}
   int rank() const override { return 0; }
-  int size() const override { return 1; }
-  Request isend(int, const void*, std::size_t) override { throw std::logic_error("isend on a group of one"); }
-  Request irecv(int, void*, std::size_t) override { throw std::logic_error("irecv on a group of one"); }
+  int size() const override { return ranks_; }
+  Request isend(int, const void*, std::size_t) override { throw std::runtime_error("isend: no peer here"); }
+  Request irecv(int, void*, std::size_t) override { throw std::runtime_error("irecv: no peer here"); }
   void wait(Request&) override {}
   void execute(const Schedule& schedule, void* data, DType dtype, const ReduceAdd& reduce_add, Scratch& scratch,
                std::size_t piece_bytes) override {
@@ -24,6 +26,7 @@ class SoloTransport final : public Transport {
   }
 
  private:
+  int ranks_;
   PointToPointExecutor executor_;
 };
 
@@ -80,11 +83,23 @@ TEST(CommFrontEnd, NativeChunkRuleNamesCountRanksAndFix) {
 }
 
 TEST(CommFrontEnd, ThePointToPointExecutorRefusesScratchTheHostCannotReach) {
-  SoloTransport solo;
+  SoloTransport pair(2);
   DeviceLikeMemory device;
-  auto ring = make_collectives(Algorithm::ring, solo, host_reduce_add, device);
-  std::vector<float> data{1, 2, 3};
+  auto ring = make_collectives(Algorithm::ring, pair, host_reduce_add, device);
+  std::vector<float> data{1, 2, 3, 4};
+  // Refused before anything is sent (a send would throw runtime_error).
   EXPECT_THROW(ring->all_reduce(data.data(), data.size(), DType::f32), std::logic_error);
+}
+
+TEST(CommFrontEnd, OneRankOnDeviceMemoryMovesNothingAndIsNoError) {
+  SoloTransport solo;  // a single GPU: its collectives are empty schedules, wherever the data lives
+  DeviceLikeMemory device;
+  for (Algorithm a : {Algorithm::ring, Algorithm::tree}) {
+    auto collectives = make_collectives(a, solo, host_reduce_add, device);
+    std::vector<float> data{1, 2, 3};
+    EXPECT_NO_THROW(collectives->all_reduce(data.data(), data.size(), DType::f32));
+    EXPECT_EQ(data, (std::vector<float>{1, 2, 3}));
+  }
 }
 
 TEST(CommFrontEnd, SingleRankCallsAreNoOpsAndAreLogged) {
