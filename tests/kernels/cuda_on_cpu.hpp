@@ -90,17 +90,22 @@ void launch_shared(Kernel kernel, dim3 grid, dim3 block, std::size_t shared_byte
   const unsigned threads = block.x * block.y * block.z;
   if (block.y != 1 || block.z != 1 || threads % kWarpSize != 0)
     throw std::invalid_argument("cuda_on_cpu: blocks must be 1-D with a multiple of 32 threads");
-  for (unsigned b = 0; b < grid.x * grid.y * grid.z; ++b) {
-    Block state(threads, shared_bytes);
-    std::vector<std::thread> team;
-    team.reserve(threads);
-    for (unsigned t = 0; t < threads; ++t)
-      team.emplace_back([&, t] {
+  // One team of threads walks the blocks in order, meeting between blocks: a block starts once every thread of the
+  // one before has finished (blocks never overlap, so static __shared__ variables are the running block's).
+  const unsigned blocks = grid.x * grid.y * grid.z;
+  Block state(threads, shared_bytes);
+  std::barrier<> between_blocks(threads);
+  std::vector<std::thread> team;
+  team.reserve(threads);
+  for (unsigned t = 0; t < threads; ++t)
+    team.emplace_back([&, t] {
+      for (unsigned b = 0; b < blocks; ++b) {
         self = {dim3(b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)), dim3(t), block, grid, &state};
         kernel(args...);
-      });
-    for (std::thread& thread : team) thread.join();
-  }
+        between_blocks.arrive_and_wait();
+      }
+    });
+  for (std::thread& thread : team) thread.join();
 }
 
 template <typename Kernel, typename... Args>
