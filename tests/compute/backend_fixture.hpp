@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../kernels/cuda_on_cpu_backend.hpp"
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/dtype.hpp"
@@ -123,6 +124,22 @@ class DeviceArray {
   DeviceVector<bf16> bf16_;
 };
 
+// ---- the backends under test ----------------------------------------------------------------------------------
+
+// Every backend of the factory, and the cuda backend's code on the CPU (kernels on the CPU harness, GEMM plans
+// replayed with BLAS), which runs wherever the tests do.
+inline std::vector<std::string> backends_under_test() {
+  std::vector<std::string> names = backend_names();
+  names.push_back(kCudaOnCpu);
+  return names;
+}
+inline std::unique_ptr<Backend> make_backend_under_test(const std::string& name) {
+  return name == kCudaOnCpu ? make_cuda_on_cpu_backend() : make_backend(name);
+}
+inline std::string backend_under_test_unavailable(const std::string& name) {
+  return name == kCudaOnCpu ? "" : backend_unavailable(name);
+}
+
 // ---- the fixture -----------------------------------------------------------------------------------------------
 
 // The backend under test, made by the factory, and arrays on its device. A backend of the build that cannot run
@@ -131,7 +148,8 @@ class DeviceArray {
 class BackendFixture {
  protected:
   explicit BackendFixture(const std::string& backend_name)
-      : unavailable(backend_unavailable(backend_name)), be(make_backend(unavailable.empty() ? backend_name : "cpu")) {}
+      : unavailable(backend_under_test_unavailable(backend_name)),
+        be(make_backend_under_test(unavailable.empty() ? backend_name : "cpu")) {}
 
   Device& device() const { return be->device(); }
   DType act() const { return be->activation_dtype(); }
@@ -201,10 +219,10 @@ struct TestName {
   }
 };
 
-// Every backend of the factory × the given attention shapes.
+// Every backend under test × the given attention shapes.
 template <typename... Shapes>
 auto backends_and(Shapes... shapes) {
-  return ::testing::Combine(::testing::ValuesIn(backend_names()), ::testing::Values(shapes...));
+  return ::testing::Combine(::testing::ValuesIn(backends_under_test()), ::testing::Values(shapes...));
 }
 
 // A parametrized fixture over the backends: class OpForward : public test::BackendTest<> { ... };

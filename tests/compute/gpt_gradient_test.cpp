@@ -332,7 +332,8 @@ TEST_P(GptGradient, DISABLED_StepSizeStudy) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GptGradient, ::testing::ValuesIn(backend_names()), test::TestName());
+INSTANTIATE_TEST_SUITE_P(Backends, GptGradient, ::testing::ValuesIn(test::backends_under_test()),
+                         test::TestName());
 
 }  // namespace
 }  // namespace dptrain

@@ -217,8 +217,10 @@ TEST_P(WeightViews, TheModelThroughAViewSeesTheBf16Weights) {
   EXPECT_EQ(loss_and_gradient(whole_weights(direct_weights.data(), wt())), through_view);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MemoryLayout, ::testing::ValuesIn(backend_names()), test::TestName());
-INSTANTIATE_TEST_SUITE_P(Backends, WeightViews, ::testing::ValuesIn(backend_names()), test::TestName());
+INSTANTIATE_TEST_SUITE_P(Backends, MemoryLayout, ::testing::ValuesIn(test::backends_under_test()),
+                         test::TestName());
+INSTANTIATE_TEST_SUITE_P(Backends, WeightViews, ::testing::ValuesIn(test::backends_under_test()),
+                         test::TestName());
 
 }  // namespace
 }  // namespace dptrain

@@ -276,7 +276,8 @@ TEST_P(OpForward, LossAccumulatorAdds) {
   EXPECT_NEAR(acc.value(), 10.0 + 2 * sum, 1e-12 * (10.0 + 2 * sum));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, OpForward, ::testing::ValuesIn(backend_names()), test::TestName());
+INSTANTIATE_TEST_SUITE_P(Backends, OpForward, ::testing::ValuesIn(test::backends_under_test()),
+                         test::TestName());
 
 }  // namespace
 }  // namespace dptrain

@@ -221,7 +221,8 @@ TEST_P(OpGradient, SoftmaxCrossEntropy) {
   check_gradient("dlogits", logits.data(), dlogits.data(), logits.size(), loss, kStep, kTolerance);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, OpGradient, ::testing::ValuesIn(backend_names()), test::TestName());
+INSTANTIATE_TEST_SUITE_P(Backends, OpGradient, ::testing::ValuesIn(test::backends_under_test()),
+                         test::TestName());
 
 }  // namespace
 }  // namespace dptrain

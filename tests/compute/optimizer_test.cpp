@@ -222,7 +222,8 @@ TEST_P(Optimizer, SumOfSquaresAdds) {
   EXPECT_EQ(acc.value(), 28.25);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Optimizer, ::testing::ValuesIn(backend_names()), test::TestName());
+INSTANTIATE_TEST_SUITE_P(Backends, Optimizer, ::testing::ValuesIn(test::backends_under_test()),
+                         test::TestName());
 
 }  // namespace
 }  // namespace dptrain

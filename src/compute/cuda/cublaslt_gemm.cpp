@@ -38,7 +38,8 @@ cublasOperation_t op(GemmOp o) { return o == GemmOp::T ? CUBLAS_OP_T : CUBLAS_OP
 
 }  // namespace
 
-CublasLtGemm::CublasLtGemm(Memory& device_memory) : workspace_(device_memory, kWorkspaceBytes) {
+CublasLtGemm::CublasLtGemm(Memory& device_memory, cudaStream_t stream)
+    : stream_(stream), workspace_(device_memory, kWorkspaceBytes) {
   DP_CUDA(cublasLtCreate(&handle_));
 }
 
@@ -103,25 +104,19 @@ const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key) {
   return prepared_.emplace(key, p).first->second;
 }
 
-void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<Tensor> tensors, cudaDataType_t d_type,
-                       cudaStream_t stream, const void* bias) {
-  auto find = [&](GemmOperand role) {
-    for (const Tensor& t : tensors)
-      if (t.role == role) return t.data;
-    throw std::logic_error(fmt::format("GEMM: no '{}' tensor given for the plan", operand_name(role)));
-  };
-  const void *A = find(plan.a), *B = find(plan.b);
-  void* D = const_cast<void*>(find(plan.c));
+void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d, const void* bias) {
+  const void *A = gemm_tensor(tensors, plan.a), *B = gemm_tensor(tensors, plan.b);
+  void* D = const_cast<void*>(gemm_tensor(tensors, plan.c));
   if (plan.bias_epilogue != (bias != nullptr)) throw std::logic_error("GEMM: bias given iff the plan adds one");
-  const std::size_t d_bytes = d_type == CUDA_R_32F ? 4 : 2;
+  const cudaDataType_t d_type = d == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const Prepared& p = prepare({plan, int(d_type), alignment_of(A, plan.lda, plan.stride_a, 2),
                                alignment_of(B, plan.ldb, plan.stride_b, 2),
-                               alignment_of(D, plan.ldc, plan.stride_c, d_bytes)});
+                               alignment_of(D, plan.ldc, plan.stride_c, element_size(d))});
   if (bias)
     DP_CUDA(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const float alpha = plan.alpha, beta = plan.beta;
   DP_CUDA(cublasLtMatmul(handle_, p.operation, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algorithm,
-                         workspace_.data(), kWorkspaceBytes, stream));
+                         workspace_.data(), kWorkspaceBytes, stream_));
 }
 
 }  // namespace dptrain::cuda

@@ -12,27 +12,21 @@
 #include <map>
 #include <tuple>
 
-#include "dptrain/compute/gemm_plan.hpp"
+#include "../bf16/gemm_runner.hpp"
 #include "dptrain/core/memory.hpp"
 
 namespace dptrain::cuda {
 
-class CublasLtGemm {
+class CublasLtGemm final : public GemmRunner {
  public:
-  explicit CublasLtGemm(Memory& device_memory);
+  CublasLtGemm(Memory& device_memory, cudaStream_t stream);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
-  // A tensor of the backend's operation by its role; the plan says which role is A, which B and which C = D.
-  struct Tensor {
-    GemmOperand role;
-    const void* data;  // D's is written
-  };
-  // D = plan.alpha·op(A)·op(B) + plan.beta·D (+ bias[m] broadcast over columns where plan.bias_epilogue), on
-  // `stream`. A and B are BF16; D (and the C it accumulates) is BF16 or fp32 (d_type); bias BF16.
-  void run(const GemmPlan& plan, std::initializer_list<Tensor> tensors, cudaDataType_t d_type, cudaStream_t stream,
-           const void* bias = nullptr);
+  // On the stream given at construction.
+  void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type,
+           const void* bias = nullptr) override;
 
   static constexpr std::size_t kWorkspaceBytes = 32u << 20;
 
@@ -45,6 +39,7 @@ class CublasLtGemm {
   using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned /*alignments of A, B, D*/>;
   const Prepared& prepare(const Key& key);
 
+  cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   Buffer workspace_;
   std::map<Key, Prepared> prepared_;

@@ -1,0 +1,254 @@
+// The BF16 backend (the cuda backend on a GPU): BF16 activations and weights (read in place: no weight views),
+// fp32 parameter gradients (dW accumulates in fp32 through the GEMMs' β = 1), fp32 master/m/v; the kernels of
+// kernels/ for everything but the GEMMs, which are GemmPlans. On a GPU every operation is issued on the device's
+// compute stream and returns at once; nothing returns a value to the host. Reductions are deterministic (fixed
+// orders, no float atomics), so two runs give the same bits; a window's gradient terms may depend on the batch it
+// is in (cuBLASLt picks kernels by shape), so micro-batch invariance is not promised.
+//
+// Scratch (attention's permuted heads and score matrices, the two-stage reductions' partials) comes from one
+// device buffer that grows to the largest request: it reaches its size in the first step and is not reallocated
+// after (a growth waits for the work in flight: the Memory contract's release).
+#include "bf16_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <stdexcept>
+#include <vector>
+
+#include "dptrain/core/bf16.hpp"
+
+namespace dptrain {
+
+namespace {
+
+bf16* h(void* p) { return static_cast<bf16*>(p); }
+const bf16* h(const void* p) { return static_cast<const bf16*>(p); }
+float* f(void* p) { return static_cast<float*>(p); }
+const float* f(const void* p) { return static_cast<const float*>(p); }
+
+// Regions of one growing device buffer, at aligned offsets.
+class Scratch {
+ public:
+  explicit Scratch(Memory& memory) : memory_(memory) {}
+  std::vector<void*> regions(std::initializer_list<std::size_t> sizes) {
+    std::vector<std::size_t> offsets;
+    std::size_t total = 0;
+    for (std::size_t bytes : sizes) {
+      offsets.push_back(total);
+      total += (bytes + Memory::kAlignment - 1) / Memory::kAlignment * Memory::kAlignment;
+    }
+    if (total > buffer_.bytes()) buffer_ = Buffer(memory_, total);
+    std::vector<void*> out;
+    for (std::size_t offset : offsets) out.push_back(static_cast<std::byte*>(buffer_.data()) + offset);
+    return out;
+  }
+  void* get(std::size_t bytes) { return regions({bytes})[0]; }
+  std::size_t bytes() const { return buffer_.bytes(); }
+
+ private:
+  Memory& memory_;
+  Buffer buffer_;
+};
+
+class Bf16Backend final : public Backend {
+ public:
+  Bf16Backend(std::string name, std::unique_ptr<Device> device, std::unique_ptr<Bf16Kernels> kernels,
+              std::unique_ptr<GemmRunner> gemm)
+      : name_(std::move(name)),
+        device_(std::move(device)),
+        kernels_(std::move(kernels)),
+        gemm_(std::move(gemm)),
+        scratch_(*device_) {}
+
+  std::string name() const override { return name_; }
+  Device& device() override { return *device_; }
+  DType activation_dtype() const override { return DType::bf16; }
+  DType weight_dtype() const override { return DType::bf16; }
+  DType gradient_dtype() const override { return DType::f32; }
+  BackendGuarantees guarantees() const override { return {.repeatable = true, .micro_batch_invariant = false}; }
+
+  // A 4096³ BF16 GEMM through the model's GEMM path (cuBLASLt on a GPU), on random (not zero) data, timed with
+  // the device's events over 10 back-to-back calls after 3 warm-up calls.
+  double measure_gemm_flops() override {
+    constexpr std::size_t n = 4096, calls = 10;
+    std::vector<bf16> host(n * n);
+    std::uint32_t state = 12345;
+    for (bf16& x : host) {
+      state = state * 1664525u + 1013904223u;
+      x = to_bf16(float(int(state >> 9) % 2001 - 1000) * 1e-3f);
+    }
+    Device& d = *device_;
+    Buffer a(d, n * n * sizeof(bf16)), b(d, n * n * sizeof(bf16)), c(d, n * n * sizeof(bf16));
+    d.upload(a.data(), host.data(), a.bytes());
+    d.upload(b.data(), host.data(), b.bytes());
+    using R = GemmOperand;
+    auto gemm = [&] {
+      gemm_->run(matmul_forward_plan(n, n, n, false), {{R::weight, a.data()}, {R::in, b.data()}, {R::out, c.data()}},
+                 DType::bf16);
+    };
+    for (int i = 0; i < 3; ++i) gemm();
+    const Event start = d.create_event(), end = d.create_event();
+    d.record(start, d.compute_stream());
+    for (std::size_t i = 0; i < calls; ++i) gemm();
+    d.record(end, d.compute_stream());
+    d.synchronize(end);
+    const double seconds = d.elapsed_seconds(start, end);
+    d.destroy(start);
+    d.destroy(end);
+    return 2.0 * double(n) * double(n) * double(n) * double(calls) / seconds;
+  }
+
+  // ---- compute weights: the BF16 weights themselves; views are only counted -------------------------------
+  void reserve_weight_views(std::size_t, int views) override {
+    if (!live_views_.empty()) throw std::logic_error("reserve_weight_views while a view is live");
+    reserved_views_ = views;
+  }
+  const void* acquire_weights(const bf16* w, std::size_t) override {
+    if (int(live_views_.size()) >= reserved_views_)
+      throw std::logic_error("acquire_weights: every reserved weight view is live");
+    live_views_.push_back(w);
+    return w;
+  }
+  void release_weights(const void* view) override {
+    const auto found = std::find(live_views_.begin(), live_views_.end(), view);
+    if (found == live_views_.end()) throw std::logic_error("release_weights: not a live weight view");
+    live_views_.erase(found);
+  }
+  std::size_t weight_view_bytes() const override { return 0; }
+
+  // ---- the model -------------------------------------------------------------------------------------------
+  void embedding_forward(void* out, const std::int32_t* tokens, const void* wte, const void* wpe, std::size_t N,
+                         std::size_t T, std::size_t C) override {
+    kernels_->embedding_forward(h(out), tokens, h(wte), h(wpe), N, T, C);
+  }
+  void embedding_backward(void* dwte, void* dwpe, const void* dout, const std::int32_t* tokens, std::size_t N,
+                          std::size_t T, std::size_t C) override {
+    kernels_->embedding_backward(f(dwte), f(dwpe), h(dout), tokens, N, T, C);
+  }
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* w, const void* b,
+                         std::size_t N, std::size_t C) override {
+    kernels_->layernorm_forward(h(out), mean, rstd, h(in), h(w), h(b), N, C);
+  }
+  void layernorm_backward(void* din, void* dw, void* db, const void* dout, const void* in, const void* w,
+                          const float* mean, const float* rstd, std::size_t N, std::size_t C) override {
+    kernels_->layernorm_backward(h(din), f(dw), f(db), h(dout), h(in), h(w), mean, rstd, N, C,
+                                 scratch_.get(kernels_->layernorm_backward_scratch_bytes(N, C)));
+  }
+
+  void matmul_forward(void* out, const void* in, const void* w, const void* bias, std::size_t N, std::size_t,
+                      std::size_t C, std::size_t OC) override {
+    using R = GemmOperand;
+    gemm_->run(matmul_forward_plan(N, C, OC, bias != nullptr), {{R::weight, w}, {R::in, in}, {R::out, out}},
+               DType::bf16, bias);
+  }
+  void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
+                       std::size_t N, std::size_t, std::size_t C, std::size_t OC) override {
+    using R = GemmOperand;
+    if (din)
+      gemm_->run(matmul_backward_input_plan(N, C, OC), {{R::weight, w}, {R::dout, dout}, {R::din, din}}, DType::bf16);
+    gemm_->run(matmul_backward_weight_plan(N, C, OC), {{R::in, in}, {R::dout, dout}, {R::dweight, dw}}, DType::f32);
+    if (dbias)
+      kernels_->bias_backward(f(dbias), h(dout), N, OC, scratch_.get(kernels_->bias_backward_scratch_bytes(N, OC)));
+  }
+
+  // Attention as permute + strided-batched GEMMs over the B·NH heads + the causal softmax kernels.
+  void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
+                         std::size_t NH) override {
+    const std::size_t heads = B * NH, N = B * T;
+    const auto r = scratch_.regions({N * C * 2, N * C * 2, N * C * 2, N * C * 2, heads * T * T * 4});
+    bf16 *q = h(r[0]), *k = h(r[1]), *v = h(r[2]), *y = h(r[3]);  // [B,NH,T,hs]
+    float* scores = f(r[4]);                                      // [B,NH,T,T]
+    kernels_->permute_qkv(q, k, v, h(qkv), B, T, C, NH);
+    using R = GemmOperand;
+    gemm_->run(attention_scores_plan(B, T, C, NH), {{R::q, q}, {R::k, k}, {R::scores, scores}}, DType::f32);
+    kernels_->causal_softmax_forward(h(probs), scores, heads, T);
+    gemm_->run(attention_output_plan(B, T, C, NH), {{R::probs, probs}, {R::v, v}, {R::y, y}}, DType::bf16);
+    kernels_->unpermute(h(out), y, B, T, C, NH);
+  }
+  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs, std::size_t B,
+                          std::size_t T, std::size_t C, std::size_t NH) override {
+    const std::size_t heads = B * NH, N = B * T, act = N * C * 2;
+    const auto r = scratch_.regions({act, act, act, act, act, act, act, heads * T * T * 4, heads * T * T * 2});
+    bf16 *q = h(r[0]), *k = h(r[1]), *v = h(r[2]), *dy = h(r[3]), *dq = h(r[4]), *dk = h(r[5]), *dv = h(r[6]);
+    float* dprobs = f(r[7]);  // [B,NH,T,T]
+    bf16* dscores = h(r[8]);  // [B,NH,T,T]
+    kernels_->permute_qkv(q, k, v, h(qkv), B, T, C, NH);
+    kernels_->permute_heads(dy, h(dout), B, T, C, NH);
+    using R = GemmOperand;
+    gemm_->run(attention_dprobs_plan(B, T, C, NH), {{R::dy, dy}, {R::v, v}, {R::dprobs, dprobs}}, DType::f32);
+    gemm_->run(attention_dv_plan(B, T, C, NH), {{R::probs, probs}, {R::dy, dy}, {R::dv, dv}}, DType::bf16);
+    kernels_->causal_softmax_backward(dscores, h(probs), dprobs, heads, T);
+    gemm_->run(attention_dq_plan(B, T, C, NH), {{R::dscores, dscores}, {R::k, k}, {R::dq, dq}}, DType::bf16);
+    gemm_->run(attention_dk_plan(B, T, C, NH), {{R::dscores, dscores}, {R::q, q}, {R::dk, dk}}, DType::bf16);
+    kernels_->unpermute_accumulate_qkv(h(dqkv), dq, dk, dv, B, T, C, NH);
+  }
+
+  void gelu_forward(void* out, const void* in, std::size_t n) override { kernels_->gelu_forward(h(out), h(in), n); }
+  void gelu_backward(void* din, const void* in, const void* dout, std::size_t n) override {
+    kernels_->gelu_backward(h(din), h(in), h(dout), n);
+  }
+  void accumulate(void* out, const void* a, std::size_t n, DType dtype) override { reduce_add(out, a, n, dtype); }
+
+  void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
+                                     std::size_t V, double* loss_sum) override {
+    kernels_->classifier_forward(h(logits), losses, targets, N, V, loss_sum);
+  }
+  void softmax_cross_entropy_backward(void* probs, const float* losses, const std::int32_t* targets, float dloss,
+                                      std::size_t N, std::size_t V) override {
+    kernels_->classifier_backward(h(probs), losses, targets, dloss, N, V);
+  }
+
+  // ---- gradients and the optimizer -------------------------------------------------------------------------
+  void cast(const void* in, DType from, void* out, DType to, std::size_t n) override {
+    if (from == to) {
+      device_->copy(out, in, n * element_size(from));
+    } else if (from == DType::f32) {
+      kernels_->cast_f32_to_bf16(h(out), f(in), n);
+    } else {
+      kernels_->cast_bf16_to_f32(f(out), h(in), n);
+    }
+  }
+  void reduce_add(void* acc, const void* incoming, std::size_t n, DType dtype) override {
+    if (dtype == DType::bf16) {
+      kernels_->add_bf16(h(acc), h(incoming), n);
+    } else {
+      kernels_->add_f32(f(acc), f(incoming), n);
+    }
+  }
+  void sum_of_squares(const void* grad, std::size_t n, DType dtype, double* acc) override {
+    void* partials = scratch_.get(kernels_->sum_of_squares_scratch_bytes(n));
+    if (dtype == DType::bf16) {
+      kernels_->sum_of_squares_bf16(acc, h(grad), n, partials);
+    } else {
+      kernels_->sum_of_squares_f32(acc, f(grad), n, partials);
+    }
+  }
+  void adamw(float* master, float* m, float* v, bf16* weights, const void* grad, DType dtype, std::size_t n,
+             const AdamWParams& p) override {
+    const AdamWStep step{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.grad_scale, p.step};
+    if (dtype == DType::bf16) {
+      kernels_->adamw_bf16_grad(master, m, v, weights, h(grad), n, step);
+    } else {
+      kernels_->adamw_f32_grad(master, m, v, weights, f(grad), n, step);
+    }
+  }
+
+ private:
+  std::string name_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Bf16Kernels> kernels_;
+  std::unique_ptr<GemmRunner> gemm_;
+  Scratch scratch_;
+  int reserved_views_ = 0;
+  std::vector<const void*> live_views_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_bf16_backend(std::string name, std::unique_ptr<Device> device,
+                                           std::unique_ptr<Bf16Kernels> kernels, std::unique_ptr<GemmRunner> gemm) {
+  return std::make_unique<Bf16Backend>(std::move(name), std::move(device), std::move(kernels), std::move(gemm));
+}
+
+}  // namespace dptrain

@@ -1,0 +1,28 @@
+// GemmRunner: runs GEMM plans (compute/gemm_plan.hpp) on BF16 operands — cuBLASLt on a GPU, a BLAS replay in the
+// tests. The caller names its tensors by role; the plan says which is A, which B and which C = D.
+#pragma once
+#include <initializer_list>
+
+#include "dptrain/compute/gemm_plan.hpp"
+#include "dptrain/core/dtype.hpp"
+
+namespace dptrain {
+
+struct GemmTensor {
+  GemmOperand role;
+  const void* data;  // D's is written
+};
+
+class GemmRunner {
+ public:
+  virtual ~GemmRunner() = default;
+  // D = plan.alpha·op(A)·op(B) + plan.beta·D (+ bias[m] over the columns where plan.bias_epilogue). A and B are
+  // BF16; D (and the C it accumulates) is BF16 or fp32 (d_type); bias BF16 (given iff the plan adds one).
+  virtual void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type,
+                   const void* bias = nullptr) = 0;
+};
+
+// The tensor given for `role` (std::logic_error naming the role where none was).
+const void* gemm_tensor(std::initializer_list<GemmTensor> tensors, GemmOperand role);
+
+}  // namespace dptrain

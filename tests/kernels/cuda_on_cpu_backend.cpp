@@ -1,0 +1,93 @@
+// The BF16 backend on the CPU harness and a BLAS replay of its GEMM plans.
+#include "cuda_on_cpu.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "dptrain/core/bf16.hpp"
+
+// A build with CUDA links the same kernels, compiled by nvcc, into the compute library: here they are compiled for
+// the harness under another namespace name, so the two sets of symbols do not collide.
+#define kernels kernels_on_cpu
+#include "../../kernels/attention.cu"
+#include "../../kernels/classifier.cu"
+#include "../../kernels/elementwise.cu"
+#include "../../kernels/encoder.cu"
+#include "../../kernels/layernorm.cu"
+#include "../../kernels/optimizer.cu"
+#include "../../kernels/reductions.cu"
+#include "../../src/compute/bf16/bf16_backend.hpp"
+#include "../../src/compute/bf16/kernel_calls.hpp"
+#include "cuda_on_cpu_backend.hpp"
+
+namespace dptrain::test {
+
+namespace {
+
+struct HarnessLauncher {
+  template <typename Kernel, typename... Args>
+  void operator()(const kernels::Launch& l, Kernel kernel, Args... args) const {
+    cuda_on_cpu::launch(kernel, l, args...);
+  }
+};
+
+// The elements of a column-major rows×cols matrix with leading dimension ld span ld·(cols − 1) + rows.
+std::size_t span(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  return std::size_t(ld * (cols - 1) + rows);
+}
+
+std::vector<float> widen(const void* data, std::size_t n, DType dtype) {
+  std::vector<float> out(n);
+  if (dtype == DType::f32) {
+    std::copy_n(static_cast<const float*>(data), n, out.data());
+  } else {
+    to_float(static_cast<const bf16*>(data), out.data(), n);
+  }
+  return out;
+}
+
+// Each batch member: A and B widened from BF16 (exactly), D computed by sgemm in fp32 (plus the bias), then stored
+// in D's type — one rounding where D is BF16, as cuBLASLt's fp32-compute GEMM stores it.
+class BlasGemm final : public GemmRunner {
+ public:
+  void run(const GemmPlan& p, std::initializer_list<GemmTensor> tensors, DType d_type, const void* bias) override {
+    const auto* A = static_cast<const bf16*>(gemm_tensor(tensors, p.a));
+    const auto* B = static_cast<const bf16*>(gemm_tensor(tensors, p.b));
+    auto* D = static_cast<std::byte*>(const_cast<void*>(gemm_tensor(tensors, p.c)));
+    const bool ta = p.transa == GemmOp::T, tb = p.transb == GemmOp::T;
+    const std::size_t a_span = span(ta ? p.k : p.m, ta ? p.m : p.k, p.lda);
+    const std::size_t b_span = span(tb ? p.n : p.k, tb ? p.k : p.n, p.ldb), d_span = span(p.m, p.n, p.ldc);
+    const std::vector<float> bias32 = bias ? widen(bias, std::size_t(p.m), DType::bf16) : std::vector<float>{};
+    for (std::int64_t i = 0; i < p.batch; ++i) {
+      const std::vector<float> a = widen(A + i * p.stride_a, a_span, DType::bf16);
+      const std::vector<float> b = widen(B + i * p.stride_b, b_span, DType::bf16);
+      std::byte* d_member = D + std::size_t(i * p.stride_c) * element_size(d_type);
+      std::vector<float> d = widen(d_member, d_span, d_type);
+      cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(p.m), int(p.n),
+                  int(p.k), p.alpha, a.data(), int(p.lda), b.data(), int(p.ldb), p.beta, d.data(), int(p.ldc));
+      for (std::int64_t col = 0; col < p.n && bias; ++col)
+        for (std::int64_t row = 0; row < p.m; ++row) d[std::size_t(col * p.ldc + row)] += bias32[std::size_t(row)];
+      // Only the m×n elements: the gaps between columns (ldc > m) are not the GEMM's to write.
+      for (std::int64_t col = 0; col < p.n; ++col) {
+        const std::size_t at = std::size_t(col * p.ldc);
+        if (d_type == DType::f32) {
+          std::copy_n(d.data() + at, p.m, reinterpret_cast<float*>(d_member) + at);
+        } else {
+          to_bf16(d.data() + at, reinterpret_cast<bf16*>(d_member) + at, std::size_t(p.m));
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_on_cpu_backend() {
+  return make_bf16_backend(kCudaOnCpu, make_cpu_device(),
+                           std::make_unique<KernelCalls<HarnessLauncher>>(HarnessLauncher{}),
+                           std::make_unique<BlasGemm>());
+}
+
+}  // namespace dptrain::test
