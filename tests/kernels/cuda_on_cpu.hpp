@@ -1,7 +1,8 @@
 // CUDA on the CPU, for testing kernels/ in CI without a GPU: the subset of CUDA C++ the kernels may use, compiled
-// by g++. A launch runs the grid's blocks one after another; each block's threads are real std::threads, so
-// __syncthreads is a std::barrier every thread of the block reaches, and ThreadSanitizer can see races in shared
-// memory. What it allows (../CUDA.md, "Testing without a GPU"): __global__/__device__ functions, blockIdx,
+// by g++. A launch runs the grid's blocks one after another. A block's threads are fibers (ucontext) on the calling
+// thread, switched at __syncthreads and at warp shuffles: cheap enough to run a whole model's kernels in a test.
+// Built with -DDPTRAIN_CUDA_ON_CPU_THREADS they are real std::threads instead, __syncthreads a std::barrier, so
+// that ThreadSanitizer can see races in shared memory (the slow, naive version of the same thing). What it allows (../CUDA.md, "Testing without a GPU"): __global__/__device__ functions, blockIdx,
 // threadIdx, blockDim, gridDim, static __shared__ arrays (one block runs at a time, so a static variable is the
 // block's shared memory), one dynamic shared buffer per block (DPTRAIN_DYNAMIC_SHARED in kernels/common.cuh, sized
 // by the launch), __syncthreads reached by every thread, full-mask __shfl_xor_sync/__shfl_down_sync within
@@ -13,10 +14,13 @@
 #endif
 #define DPTRAIN_CUDA_ON_CPU 1
 
+#include <ucontext.h>
+
 #include <barrier>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -38,10 +42,53 @@ namespace cuda_on_cpu {
 
 inline constexpr unsigned kWarpSize = 32;
 
+// ---- fibers: the threads of one block, taking turns on the calling thread ---------------------------------------
+struct Fibers {
+  static constexpr std::size_t kStackBytes = 64 << 10;
+  ucontext_t scheduler;
+  std::vector<ucontext_t> contexts;
+  std::vector<std::unique_ptr<char[]>> stacks;  // kept for the next launch
+  std::vector<bool> done;
+  unsigned current = 0;
+  std::function<void(unsigned)> body;  // runs fiber t's thread of the kernel
+};
+inline thread_local Fibers fibers;
+
+inline void fiber_yield() { swapcontext(&fibers.contexts[fibers.current], &fibers.scheduler); }
+
+inline void fiber_main() {
+  fibers.body(fibers.current);
+  fibers.done[fibers.current] = true;
+}  // returns to uc_link: the scheduler
+
+// A meeting point of `participants` fibers: each arrives, and all go on once the last has arrived.
+class FiberBarrier {
+ public:
+  explicit FiberBarrier(unsigned participants) : participants_(participants) {}
+  void arrive_and_wait() {
+    const unsigned generation = generation_;
+    if (++arrived_ == participants_) {
+      arrived_ = 0;
+      ++generation_;
+      return;
+    }
+    while (generation_ == generation) fiber_yield();
+  }
+
+ private:
+  unsigned participants_, arrived_ = 0, generation_ = 0;
+};
+
+#ifdef DPTRAIN_CUDA_ON_CPU_THREADS
+using Meeting = std::barrier<>;
+#else
+using Meeting = FiberBarrier;
+#endif
+
 // One warp's exchange slots for shuffles: each lane writes its value, the warp meets, each lane reads its partner's.
 struct Warp {
   explicit Warp(unsigned lanes) : meet(lanes), slots(lanes) {}
-  std::barrier<> meet;
+  Meeting meet;
   std::vector<double> slots;  // wide enough for float and int
 };
 
@@ -49,7 +96,7 @@ struct Block {
   Block(unsigned threads, std::size_t shared_bytes) : sync(threads), shared((shared_bytes + 15) / 16) {
     for (unsigned w = 0; w < threads / kWarpSize; ++w) warps.push_back(std::make_unique<Warp>(kWarpSize));
   }
-  std::barrier<> sync;
+  Meeting sync;
   std::vector<std::unique_ptr<Warp>> warps;
   struct alignas(16) Chunk {
     unsigned char bytes[16];
@@ -90,9 +137,44 @@ void launch_shared(Kernel kernel, dim3 grid, dim3 block, std::size_t shared_byte
   const unsigned threads = block.x * block.y * block.z;
   if (block.y != 1 || block.z != 1 || threads % kWarpSize != 0)
     throw std::invalid_argument("cuda_on_cpu: blocks must be 1-D with a multiple of 32 threads");
+  const unsigned blocks = grid.x * grid.y * grid.z;
+  auto where = [&](unsigned b, unsigned t, Block* state) {
+    return ThreadState{dim3(b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)), dim3(t), block, grid, state};
+  };
+#ifndef DPTRAIN_CUDA_ON_CPU_THREADS
+  // Block by block, its threads as fibers taking turns until every one has returned (blocks never overlap, so
+  // static __shared__ variables are the running block's).
+  Fibers& f = fibers;
+  while (f.stacks.size() < threads) f.stacks.push_back(std::make_unique<char[]>(Fibers::kStackBytes));
+  f.contexts.resize(threads);
+  for (unsigned b = 0; b < blocks; ++b) {
+    Block state(threads, shared_bytes);
+    f.body = [&](unsigned t) {
+      self = where(b, t, &state);
+      kernel(args...);
+    };
+    f.done.assign(threads, false);
+    for (unsigned t = 0; t < threads; ++t) {
+      getcontext(&f.contexts[t]);
+      f.contexts[t].uc_stack.ss_sp = f.stacks[t].get();
+      f.contexts[t].uc_stack.ss_size = Fibers::kStackBytes;
+      f.contexts[t].uc_link = &f.scheduler;
+      makecontext(&f.contexts[t], fiber_main, 0);
+    }
+    for (unsigned running = threads; running > 0;) {
+      running = 0;
+      for (unsigned t = 0; t < threads; ++t) {
+        if (f.done[t]) continue;
+        f.current = t;
+        self = where(b, t, &state);
+        swapcontext(&f.scheduler, &f.contexts[t]);
+        running += f.done[t] ? 0 : 1;
+      }
+    }
+  }
+#else
   // One team of threads walks the blocks in order, meeting between blocks: a block starts once every thread of the
   // one before has finished (blocks never overlap, so static __shared__ variables are the running block's).
-  const unsigned blocks = grid.x * grid.y * grid.z;
   Block state(threads, shared_bytes);
   std::barrier<> between_blocks(threads);
   std::vector<std::thread> team;
@@ -100,12 +182,13 @@ void launch_shared(Kernel kernel, dim3 grid, dim3 block, std::size_t shared_byte
   for (unsigned t = 0; t < threads; ++t)
     team.emplace_back([&, t] {
       for (unsigned b = 0; b < blocks; ++b) {
-        self = {dim3(b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)), dim3(t), block, grid, &state};
+        self = where(b, t, &state);
         kernel(args...);
         between_blocks.arrive_and_wait();
       }
     });
   for (std::thread& thread : team) thread.join();
+#endif
 }
 
 template <typename Kernel, typename... Args>
