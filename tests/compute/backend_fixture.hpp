@@ -124,22 +124,6 @@ class DeviceArray {
   DeviceVector<bf16> bf16_;
 };
 
-// ---- the backends under test ----------------------------------------------------------------------------------
-
-// Every backend of the factory, and the cuda backend's code on the CPU (kernels on the CPU harness, GEMM plans
-// replayed with BLAS), which runs wherever the tests do.
-inline std::vector<std::string> backends_under_test() {
-  std::vector<std::string> names = backend_names();
-  names.push_back(kCudaOnCpu);
-  return names;
-}
-inline std::unique_ptr<Backend> make_backend_under_test(const std::string& name) {
-  return name == kCudaOnCpu ? make_cuda_on_cpu_backend() : make_backend(name);
-}
-inline std::string backend_under_test_unavailable(const std::string& name) {
-  return name == kCudaOnCpu ? "" : backend_unavailable(name);
-}
-
 // ---- the fixture -----------------------------------------------------------------------------------------------
 
 // The backend under test, made by the factory, and arrays on its device. A backend of the build that cannot run

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/cuda_on_cpu_backend.hpp"
 #include "dptrain/dp/engine.hpp"
 
 namespace dptrain {
@@ -17,7 +18,7 @@ namespace {
 class EngineStages : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (const std::string why = backend_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+    if (const std::string why = test::backend_under_test_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
   }
   // Four blocks, one unit per block (bucket 0): units final norm, blocks 3 … 0, embeddings.
   ModelConfig config{.vocab = 19, .seq = 6, .layers = 4, .width = 16, .heads = 2};
@@ -30,7 +31,7 @@ class EngineStages : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(EngineStages, StageThreeComputesFromEachUnitWhatStageZeroComputesFromTheModel) {
-  auto backend0 = make_backend(GetParam()), backend3 = make_backend(GetParam());
+  auto backend0 = test::make_backend_under_test(GetParam()), backend3 = test::make_backend_under_test(GetParam());
   if (!backend0->guarantees().repeatable) GTEST_SKIP() << GetParam() << " does not promise repeatable bits";
   DataParallelEngine replicated(config, *backend0, RankGroup{}, EngineSettings{.zero_stage = 0, .bucket_mb = 0}, 4);
   DataParallelEngine sharded(config, *backend3, RankGroup{}, EngineSettings{.zero_stage = 3, .bucket_mb = 0, .grad_accum = 2}, 4);
@@ -53,7 +54,7 @@ TEST_P(EngineStages, StageThreeComputesFromEachUnitWhatStageZeroComputesFromTheM
 }
 
 TEST_P(EngineStages, StageThreeHoldsComputeViewsOfTwoUnitsOnly) {
-  auto backend = make_backend(GetParam());
+  auto backend = test::make_backend_under_test(GetParam());
   DataParallelEngine engine(config, *backend, RankGroup{}, EngineSettings{.zero_stage = 3, .bucket_mb = 0}, 4);
   engine.initialise(5);
   engine.step(windows.data(), 4, optimizer);
@@ -71,7 +72,7 @@ TEST_P(EngineStages, StageThreeHoldsComputeViewsOfTwoUnitsOnly) {
 }
 
 TEST_P(EngineStages, OptimizerStateRoundTripsThroughTheHost) {
-  auto backend = make_backend(GetParam());
+  auto backend = test::make_backend_under_test(GetParam());
   DataParallelEngine engine(config, *backend, RankGroup{}, EngineSettings{.zero_stage = 1}, 4);
   engine.initialise(5);
   engine.step(windows.data(), 4, optimizer);
@@ -85,7 +86,7 @@ TEST_P(EngineStages, OptimizerStateRoundTripsThroughTheHost) {
   EXPECT_EQ(back.v, state.v);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, EngineStages, ::testing::ValuesIn(backend_names()),
+INSTANTIATE_TEST_SUITE_P(Backends, EngineStages, ::testing::ValuesIn(test::backends_under_test()),
                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

@@ -4,6 +4,8 @@
 // runtime and cuBLASLt themselves runs in CI this way, against the cpu backend.
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "dptrain/compute/backend.hpp"
 
@@ -11,5 +13,20 @@ namespace dptrain::test {
 
 inline constexpr const char* kCudaOnCpu = "cuda_kernels_on_cpu";
 std::unique_ptr<Backend> make_cuda_on_cpu_backend();
+
+// The backends the suites run on: every backend of the factory, and the cuda backend's code on the CPU, which runs
+// wherever the tests do. A backend of the build that cannot run here (cuda without a GPU) is skipped by the tests
+// with backend_under_test_unavailable()'s reason.
+inline std::vector<std::string> backends_under_test() {
+  std::vector<std::string> names = backend_names();
+  names.push_back(kCudaOnCpu);
+  return names;
+}
+inline std::unique_ptr<Backend> make_backend_under_test(const std::string& name) {
+  return name == kCudaOnCpu ? make_cuda_on_cpu_backend() : make_backend(name);
+}
+inline std::string backend_under_test_unavailable(const std::string& name) {
+  return name == kCudaOnCpu ? "" : backend_unavailable(name);
+}
 
 }  // namespace dptrain::test

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "../kernels/cuda_on_cpu_backend.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/checkpoint.hpp"
 #include "dptrain/train/option_table.hpp"
@@ -77,7 +78,7 @@ TEST(Safetensors, DamagedFilesAreRefused) {
 class Checkpoint : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {  // a backend of the build that cannot run here (cuda without a GPU) is skipped, named
-    if (const std::string why = backend_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+    if (const std::string why = test::backend_under_test_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
@@ -87,7 +88,7 @@ TEST_P(Checkpoint, SaveAndLoadRestoreEveryByte) {
   TrainOptions options;
   options.model = config;
   // One backend per engine: an engine reserves its backend's weight views.
-  auto backend_a = make_backend(GetParam()), backend_b = make_backend(GetParam()), backend_c = make_backend(GetParam());
+  auto backend_a = test::make_backend_under_test(GetParam()), backend_b = test::make_backend_under_test(GetParam()), backend_c = test::make_backend_under_test(GetParam());
   DataParallelEngine a(config, *backend_a, RankGroup{}, EngineSettings{}, 2);
   a.initialise(3);
   std::vector<std::int32_t> windows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1};
@@ -136,7 +137,7 @@ TEST_P(Checkpoint, LoopStepNamesTheFolderAndTheOptimizerStepIsRestored) {
   options.model = config;
   options.steps = 10;
   options.lr = 0.02;
-  auto backend_a = make_backend(GetParam()), backend_b = make_backend(GetParam());
+  auto backend_a = test::make_backend_under_test(GetParam()), backend_b = test::make_backend_under_test(GetParam());
   const OptimizerSettings optimizer{.lr = 1e-2, .weight_decay = 0.1, .grad_clip = 1.0};
   std::vector<std::int32_t> windows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1};
   DataParallelEngine a(config, *backend_a, RankGroup{}, EngineSettings{}, 2);
@@ -184,7 +185,7 @@ TEST_P(Checkpoint, LoopStepNamesTheFolderAndTheOptimizerStepIsRestored) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Checkpoint, ::testing::ValuesIn(backend_names()),
+INSTANTIATE_TEST_SUITE_P(Backends, Checkpoint, ::testing::ValuesIn(test::backends_under_test()),
                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

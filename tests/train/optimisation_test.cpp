@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "../kernels/cuda_on_cpu_backend.hpp"
 #include "dptrain/dp/engine.hpp"
 #include "dptrain/train/schedule.hpp"
 
@@ -21,17 +22,18 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
   EXPECT_DOUBLE_EQ(learning_rate(0, 1, 0, 0.3, 0.0), 0.3);
 }
 
-// Every backend of the build (backend_names()) trains through the same engine.
+// Every backend of the build (backend_names()) trains through the same engine. (Not the cuda backend's code on the
+// CPU harness: its hundreds of steps take minutes there; dp_test compares its training steps with the cpu's.)
 class Engine : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {  // a backend of the build that cannot run here (cuda without a GPU) is skipped, named
-    if (const std::string why = backend_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+    if (const std::string why = test::backend_under_test_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
 TEST_P(Engine, TinyModelOverfitsOneBatch) {
   ModelConfig config{.vocab = 16, .seq = 8, .layers = 2, .width = 32, .heads = 2};
-  auto backend = make_backend(GetParam());
+  auto backend = test::make_backend_under_test(GetParam());
   DataParallelEngine engine(config, *backend, RankGroup{}, EngineSettings{.grad_dtype = DType::f32}, 4);
   engine.initialise(7);
   std::vector<std::int32_t> windows(4 * 9);
