@@ -148,7 +148,17 @@ bool continues_in_place(const TrainOptions& options) {
          fs::exists(options.save) && fs::equivalent(options.resume, options.save, ec);
 }
 
-void prepare_save_directory(const TrainOptions& options, std::size_t parameters, std::size_t tensors) {
+namespace {
+
+// `path` or its nearest ancestor that exists.
+fs::path nearest_existing(fs::path path) {
+  while (!fs::exists(path) && path.has_parent_path() && path != path.parent_path()) path = path.parent_path();
+  return path;
+}
+
+}  // namespace
+
+void require_save_writable(const TrainOptions& options, int rank) {
   const fs::path root = fs::absolute(options.save);
   // A regular file anywhere in the path: create_directories would fail after the whole run otherwise.
   for (fs::path prefix; const fs::path& part : root) {
@@ -158,8 +168,28 @@ void prepare_save_directory(const TrainOptions& options, std::size_t parameters,
             "be created)",
             prefix.string(), options.save);
   }
-  // Checkpoints of another run are not replaced silently; resuming from this very directory continues it.
+  // Nothing is created at set-up (the ranks have not yet agreed on --save): the probe goes into the nearest
+  // directory that exists, where the save will create the rest.
+  const fs::path existing = nearest_existing(root);
+  // Writable: a probe file, created and removed (read-only filesystems, directories without write permission).
+  // Named by rank and process: ranks on several hosts may share the filesystem.
+  const fs::path probe = existing / fmt::format(".dptrain-write-probe.{}.{}", rank, ::getpid());
+  {
+    errno = 0;
+    std::ofstream out(probe);
+    const bool written = bool(out << "probe") && bool(out.flush());
+    const int error = errno;
+    require(written, "--save: cannot write in '{}': {} (expected a directory where this user can create files)",
+            existing.string(), error != 0 ? std::strerror(error) : "write failed");
+  }
   std::error_code ec;
+  fs::remove(probe, ec);
+}
+
+void prepare_save_directory(const TrainOptions& options, std::size_t parameters, std::size_t tensors) {
+  const fs::path root = fs::absolute(options.save);
+  require_save_writable(options, 0);
+  // Checkpoints of another run are not replaced silently; resuming from this very directory continues it.
   if (fs::is_directory(root) && holds_checkpoints(root) && !continues_in_place(options) && !options.overwrite) {
     std::string latest = "none";
     if (fs::exists(root / "latest")) {
@@ -170,21 +200,8 @@ void prepare_save_directory(const TrainOptions& options, std::size_t parameters,
          "continue from them, or another --save directory",
          options.save, latest, options.save);
   }
-  // Nothing is created at set-up (the ranks have not yet agreed on --save): the probe goes into the nearest
-  // directory that exists, where the save will create the rest.
-  fs::path existing = root;
-  while (!fs::exists(existing) && existing.has_parent_path() && existing != existing.parent_path())
-    existing = existing.parent_path();
-  // Writable: a probe file, created and removed (read-only filesystems, directories without write permission).
-  const fs::path probe = existing / fmt::format(".dptrain-write-probe.{}", ::getpid());
-  {
-    std::ofstream out(probe);
-    require(bool(out << "probe") && bool(out.flush()), "--save: cannot write in '{}': {}", existing.string(),
-            std::strerror(errno));
-  }
-  fs::remove(probe, ec);
   if (fs::is_directory(root)) remove_stale_temporaries(root.string());
-  require_free_space(existing.string(), checkpoint_bytes(parameters, tensors));
+  require_free_space(nearest_existing(root).string(), checkpoint_bytes(parameters, tensors));
 }
 
 }  // namespace dptrain

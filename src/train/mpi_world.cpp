@@ -2,6 +2,7 @@
 #include "dptrain/train/mpi_world.hpp"
 
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 
@@ -93,9 +94,18 @@ std::string MpiWorld::broadcast(const std::string& text, int root) const {
 }
 
 std::string out_of_memory_message() {
-  return fmt::format("out of memory ({} available on this host): the model, --batch, --eval-windows or the data "
+  // A limit on this process (ulimit -v / -d, a scheduler's RLIMIT_AS or RLIMIT_DATA) fails allocations long before
+  // the host runs out: name it, or the line would blame a host with gigabytes free.
+  std::string limits;
+  for (const auto& [resource, name] : {std::pair{RLIMIT_AS, "address space (ulimit -v)"},
+                                       std::pair{RLIMIT_DATA, "data (ulimit -d)"}}) {
+    rlimit limit{};
+    if (::getrlimit(resource, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+      limits += fmt::format(", this process's {} limit {}", name, format_binary_bytes(double(limit.rlim_cur)));
+  }
+  return fmt::format("out of memory ({} available on this host{}): the model, --batch, --eval-windows or the data "
                      "are too large for it",
-                     format_binary_bytes(available_memory_bytes()));
+                     format_binary_bytes(available_memory_bytes()), limits);
 }
 
 std::optional<std::string> thread_support_problem(int provided) {
@@ -143,7 +153,12 @@ int MpiWorld::agree(const std::function<void()>& setup, const char* program) con
 }
 
 void MpiWorld::abort(const std::string& message, int code) const {
-  std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
+  // The same line as a set-up error's: `dptrain: message` alone, `dptrain: rank R: message` among several ranks
+  // (each rank that fails says so; MPI_Abort then ends the others).
+  if (size_ == 1)
+    std::fprintf(stderr, "dptrain: %s\n", message.c_str());
+  else
+    std::fprintf(stderr, "dptrain: rank %d: %s\n", rank_, message.c_str());
   std::fflush(stderr);
   if (size_ == 1) {
     MPI_Finalize();

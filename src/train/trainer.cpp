@@ -74,6 +74,8 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   // Before step 1: an unwritable, full or already used --save must not surface at the first save.
   if (!options_.save.empty() && world_.rank() == 0)
     prepare_save_directory(options_, engine_->layout().total(), engine_->layout().entries().size() + 3);
+  else if (!options_.save.empty())
+    require_save_writable(options_, world_.rank());
   if (!options_.link.empty()) link_ = link_from_spec(options_.link);
   // Only checked here: a fresh run's log is truncated when the steps start (run()), so that bad input found
   // later in the set-up, on any rank, leaves an existing log as it was.

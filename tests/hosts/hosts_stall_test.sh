@@ -28,6 +28,6 @@ echo "job ended $elapsed s after rank 1 stopped, exit $status"
 grep "did not complete" "$work/err.txt" || true
 [ "$status" != 0 ] || fail "the job exited 0"
 [ "$status" != 124 ] || fail "the job hung until the test's own timeout"
-grep -Eq "^rank 0: [a-z_]+ on unit .+ did not complete in $timeout s$|^rank 0: .+ did not complete in $timeout s$" \
-  "$work/err.txt" || { cat "$work/err.txt"; fail "no 'rank 0: ... did not complete in $timeout s' line"; }
+grep -Eq "^dptrain: rank 0: [a-z_]+ on unit .+ did not complete in $timeout s$|^dptrain: rank 0: .+ did not complete in $timeout s$" \
+  "$work/err.txt" || { cat "$work/err.txt"; fail "no 'dptrain: rank 0: ... did not complete in $timeout s' line"; }
 (( $(echo "$elapsed <= $timeout + 15" | bc) )) || fail "took $elapsed s, more than --comm-timeout + 15 s"

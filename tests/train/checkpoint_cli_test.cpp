@@ -1,5 +1,5 @@
 // Checkpoint integrity through dptrain itself: --save refused at set-up (already holds checkpoints, a regular file
-// in its path), --overwrite and --keep-last, a run killed with SIGKILL while it saves every step resumes from a
+// in its path, a read-only filesystem for every rank or for one), --overwrite and --keep-last, a run killed with SIGKILL while it saves every step resumes from a
 // valid `latest`, and a damaged checkpoint (flipped byte in a shard, a duplicated shard, bad meta.json) ends
 // every rank with exit 2 and one line naming the file.
 #include <gtest/gtest.h>
@@ -66,6 +66,73 @@ TEST_F(CheckpointRuns, AnUnwritableSaveIsRefusedBeforeStepOne) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("dptrain | ZeRO"), std::string::npos) << r.output;
+}
+
+// A read-only filesystem, which stops root too (file permissions do not): a read-only bind mount of a directory
+// onto itself in a private mount namespace (unshare -m), so only the command run inside sees it. `inside` runs
+// there after the mount; the empty string when mounting is not permitted here, with `why` saying so.
+std::string read_only_mount_around(const std::string& dir, const std::string& inside, std::string* why) {
+  const std::string mount = fmt::format("mount --bind {0} {0} && mount -o remount,ro,bind {0} {0}", dir);
+  const auto probe = run_command(fmt::format("unshare -m sh -c '{} && ! touch {}/.probe'", mount, dir));
+  if (probe.exit_code != 0) {
+    *why = "a read-only bind mount in a private mount namespace (unshare -m, mount -o remount,ro,bind) is not "
+           "permitted here (needs CAP_SYS_ADMIN): " + probe.output;
+    return "";
+  }
+  return fmt::format("unshare -m sh -c '{} && exec {}'", mount, inside);
+}
+
+// The whole output of a run refused for a read-only --save: one line.
+std::string read_only_refusal(const std::string& prefix, const std::string& dir) {
+  return fmt::format("{}--save: cannot write in '{}': Read-only file system (expected a directory where this user "
+                     "can create files)\n",
+                     prefix, dir);
+}
+
+TEST_F(CheckpointRuns, ASaveOnAReadOnlyFilesystemIsRefusedBeforeStepOne) {
+  const std::string ro = dir_ / "ro";
+  fs::create_directories(ro + "/kept");
+  testing::write_text(ro + "/kept/notes.txt", "the user's file");
+  // Into the read-only directory itself, and into a path to be created under it; one rank, and two (refused once).
+  struct Case {
+    int ranks;
+    std::string save;
+  };
+  for (const Case& c : {Case{1, ro}, Case{2, ro + "/runs/ckpt"}}) {
+    // One rank as it is (the output is that line alone), two under mpiexec (which adds a notice of its own).
+    const std::string launch = c.ranks == 1 ? std::string("timeout 60") : testing::mpiexec(c.ranks, 60);
+    std::string why;
+    const std::string command = read_only_mount_around(ro, launch + " " + dptrain("--steps 2 --save " + c.save), &why);
+    if (command.empty()) GTEST_SKIP() << why;
+    const auto r = run_command(command);
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output;
+    if (c.ranks == 1) EXPECT_EQ(r.output, read_only_refusal("dptrain: ", ro)) << command;
+    EXPECT_NE(r.output.find(read_only_refusal("dptrain: ", ro)), std::string::npos) << command << "\n" << r.output;
+    EXPECT_EQ(testing::occurrences(r.output, "dptrain: "), 1) << command << "\n" << r.output;  // once for the job
+    EXPECT_EQ(r.output.find("dptrain | "), std::string::npos) << "refused after set-up: " << r.output;
+  }
+  // Nothing written (outside the namespace the directory is the writable original: a write would show here).
+  EXPECT_EQ(entries(ro), std::vector<std::string>{"kept"});
+  EXPECT_EQ(entries(ro + "/kept"), std::vector<std::string>{"notes.txt"});
+}
+
+// Every rank writes into --save (its optimizer shard under ZeRO), and ranks on other hosts may see another
+// filesystem: here only rank 1 sees the directory read-only. Refused before step 1, naming the rank, on both.
+TEST_F(CheckpointRuns, ASaveReadOnlyForOneRankIsRefusedOnEveryRank) {
+  const std::string ro = dir_ / "ro";
+  fs::create_directories(ro);
+  const std::string flags = "--steps 2 --zero 1 --save " + ro;
+  std::string why;
+  const std::string rank1 = read_only_mount_around(ro, dptrain(flags), &why);
+  if (rank1.empty()) GTEST_SKIP() << why;
+  const std::string command = testing::mpiexec(1, 60) + " " + dptrain(flags) + " : -n 1 " + rank1;
+  const auto r = run_command(command);
+  EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output;
+  EXPECT_NE(r.output.find(read_only_refusal("dptrain: rank 1: ", ro)), std::string::npos) << command << "\n"
+                                                                                          << r.output;
+  EXPECT_EQ(testing::occurrences(r.output, "dptrain: "), 1) << command << "\n" << r.output;
+  EXPECT_EQ(r.output.find("dptrain | "), std::string::npos) << "refused after set-up: " << r.output;
+  EXPECT_TRUE(entries(ro).empty());  // rank 0, which could write, created nothing either
 }
 
 TEST_F(CheckpointRuns, KeepLastKeepsTheNewest) {

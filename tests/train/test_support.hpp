@@ -45,6 +45,13 @@ inline CommandResult run_command(const std::string& command) {
   return result;
 }
 
+// How often `needle` occurs in `text` (e.g. error lines "dptrain: " beside mpiexec's own notice).
+inline int occurrences(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++count;
+  return count;
+}
+
 // A fresh directory under the system's temporary directory, removed with the object.
 struct TemporaryDirectory {
   std::filesystem::path path;

@@ -54,9 +54,14 @@ void require_free_space(const std::string& dir, std::uint64_t needed);
 // Whether this run resumes from its own --save directory (continuing it, not replacing another run's).
 bool continues_in_place(const TrainOptions& options);
 
-// The set-up checks of --save on rank 0, before step 1: the path can be created and written (no regular file in
-// it, writable), it holds no checkpoints unless this run resumes from it or --overwrite is given, and its
-// filesystem has room for one checkpoint. Also removes stale temporaries. Throws UserError.
+// The set-up check of --save on every rank (each writes its optimizer shard; ranks on other hosts may see another
+// filesystem), before step 1: no regular file in the path, and a probe file can be written into it or its
+// nearest existing parent (a read-only filesystem fails; nothing else is created). Throws UserError.
+void require_save_writable(const TrainOptions& options, int rank);
+
+// The set-up checks of --save on rank 0, before step 1: require_save_writable, it holds no checkpoints unless this
+// run resumes from it or --overwrite is given, and its filesystem has room for one checkpoint. Also removes stale
+// temporaries. Throws UserError.
 void prepare_save_directory(const TrainOptions& options, std::size_t parameters, std::size_t tensors);
 
 }  // namespace dptrain

@@ -45,6 +45,8 @@ class MpiWorld {
   // (2 for bad input) after printing the error line(s) as described above.
   int agree(const std::function<void()>& setup, const char* program) const;
 
+  // An error during training: prints `dptrain: message` (one rank) or `dptrain: rank R: message` and ends the job
+  // with `code` (MPI_Abort among several ranks, so none waits for this one).
   [[noreturn]] void abort(const std::string& message, int code) const;
 
  private:
@@ -52,11 +54,12 @@ class MpiWorld {
   int thread_level_ = 0;  // what MPI_Init_thread provided
 };
 
-// Why a thread level the MPI library provided is not enough (nullopt for MPI_THREAD_MULTIPLE): one line naming
-// the level granted and the one needed.
-// The line a std::bad_alloc becomes (exit kExitBadInput): the run asked for more memory than the host has.
+// The line a std::bad_alloc becomes (exit kExitBadInput): the run asked for more memory than the host has, or than
+// this process's RLIMIT_AS / RLIMIT_DATA allows (named when set).
 std::string out_of_memory_message();
 
+// Why a thread level the MPI library provided is not enough (nullopt for MPI_THREAD_MULTIPLE): one line naming
+// the level granted and the one needed.
 std::optional<std::string> thread_support_problem(int provided);
 
 }  // namespace dptrain
