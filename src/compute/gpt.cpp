@@ -53,6 +53,7 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
   const auto d_qkv = a.add("d_qkv", N * 3 * C, A), d_atty = a.add("d_atty", N * C, A);
   const auto d_fch = a.add("d_fch", N * 4 * C, A), d_fch_gelu = a.add("d_fch_gelu", N * 4 * C, A);
   a.allocate(device_);
+  backend.reserve_scratch(c, N);
 
   inputs_ = a.as<std::int32_t>(inputs), targets_ = a.as<std::int32_t>(targets);
   embedded_ = a.data(embedded);

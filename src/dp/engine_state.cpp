@@ -157,7 +157,7 @@ MemoryUse DataParallelEngine::memory() const {
   m.gradients = gradient_.bytes();
   m.optimizer = master_.bytes() + adam_m_.bytes() + adam_v_.bytes();
   m.communication = staging_.allocated_bytes();
-  m.activations = gpt_.activation_bytes();
+  m.activations = gpt_.activation_bytes() + backend_.scratch_bytes();
   m.working_copies = gradient_accumulator_.bytes() + backend_.weight_view_bytes();
   return m;
 }

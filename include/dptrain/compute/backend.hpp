@@ -21,6 +21,7 @@
 #include "dptrain/compute/device.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/dtype.hpp"
+#include "dptrain/model/config.hpp"
 
 namespace dptrain {
 
@@ -60,6 +61,13 @@ class Backend {
   virtual void release_weights(const void* view) = 0;
   // Bytes the views occupy (the cpu backend's fp32 mirror; 0 where the weights are read in place).
   virtual std::size_t weight_view_bytes() const = 0;
+
+  // ---- scratch ----------------------------------------------------------------------------------------------
+  // Room for the scratch every operation needs on up to `rows` positions (windows·T) of `config`, allocated now, so
+  // that no step allocates (the model calls it when it lays out its activations). A backend whose operations need
+  // no device scratch ignores it.
+  virtual void reserve_scratch(const ModelConfig& config, std::size_t rows) {}
+  virtual std::size_t scratch_bytes() const { return 0; }
 
   // ---- the model's operations -------------------------------------------------------------------------------
   // out[N,C] = wte[token] + wpe[position]; tokens [N] with N = windows·T, position = row % T.

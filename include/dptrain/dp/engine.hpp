@@ -86,7 +86,8 @@ struct OptimizerSettings {
 struct MemoryUse {
   std::size_t weights = 0, gradients = 0, optimizer = 0;
   std::size_t communication = 0;  // staging buffers of the collectives
-  std::size_t activations = 0;    // the activation arena: activations and backward scratch of one micro-batch
+  std::size_t activations = 0;    // the activation arena (activations and backward scratch of one micro-batch)
+                                  // and the backend's operation scratch
   std::size_t working_copies = 0; // the gradient accumulator and the backend's compute views of the weights
 };
 

@@ -6,8 +6,7 @@
 // is in (cuBLASLt picks kernels by shape), so micro-batch invariance is not promised.
 //
 // Scratch (attention's permuted heads and score matrices, the two-stage reductions' partials) comes from one
-// device buffer that grows to the largest request: it reaches its size in the first step and is not reallocated
-// after (a growth waits for the work in flight: the Memory contract's release).
+// device buffer sized for the largest operation when the model lays out its activations (reserve_scratch).
 #include "bf16_backend.hpp"
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "dptrain/core/bf16.hpp"
+#include "dptrain/model/layout.hpp"
 
 namespace dptrain {
 
@@ -27,20 +27,44 @@ const bf16* h(const void* p) { return static_cast<const bf16*>(p); }
 float* f(void* p) { return static_cast<float*>(p); }
 const float* f(const void* p) { return static_cast<const float*>(p); }
 
-// Regions of one growing device buffer, at aligned offsets.
+std::size_t aligned(std::size_t bytes) {
+  return (bytes + Memory::kAlignment - 1) / Memory::kAlignment * Memory::kAlignment;
+}
+
+std::size_t total_bytes(const std::vector<std::size_t>& sizes) {
+  std::size_t total = 0;
+  for (std::size_t bytes : sizes) total += aligned(bytes);
+  return total;
+}
+
+// The scratch of the attention: [B,NH,T,hs] BF16 heads and [B,NH,T,T] score matrices.
+//   forward:  q, k, v, y; scores (fp32)
+//   backward: q, k, v, dy, dq, dk, dv; dprobs (fp32), dscores (BF16)
+std::vector<std::size_t> attention_forward_scratch(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  const std::size_t heads = B * NH, act = B * T * C * sizeof(bf16);
+  return {act, act, act, act, heads * T * T * sizeof(float)};
+}
+std::vector<std::size_t> attention_backward_scratch(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  const std::size_t heads = B * NH, act = B * T * C * sizeof(bf16);
+  return {act, act, act, act, act, act, act, heads * T * T * sizeof(float), heads * T * T * sizeof(bf16)};
+}
+
+// Regions of one device buffer at aligned offsets. It is sized by reserve() before the first step (the BF16
+// backend's reserve_scratch); an operation asking for more than that grows it, which waits for the work in flight.
 class Scratch {
  public:
   explicit Scratch(Memory& memory) : memory_(memory) {}
-  std::vector<void*> regions(std::initializer_list<std::size_t> sizes) {
-    std::vector<std::size_t> offsets;
-    std::size_t total = 0;
-    for (std::size_t bytes : sizes) {
-      offsets.push_back(total);
-      total += (bytes + Memory::kAlignment - 1) / Memory::kAlignment * Memory::kAlignment;
-    }
-    if (total > buffer_.bytes()) buffer_ = Buffer(memory_, total);
+  void reserve(std::size_t bytes) {
+    if (bytes > buffer_.bytes()) buffer_ = Buffer(memory_, bytes);
+  }
+  std::vector<void*> regions(const std::vector<std::size_t>& sizes) {
+    reserve(total_bytes(sizes));
     std::vector<void*> out;
-    for (std::size_t offset : offsets) out.push_back(static_cast<std::byte*>(buffer_.data()) + offset);
+    std::size_t offset = 0;
+    for (std::size_t bytes : sizes) {
+      out.push_back(static_cast<std::byte*>(buffer_.data()) + offset);
+      offset += aligned(bytes);
+    }
     return out;
   }
   void* get(std::size_t bytes) { return regions({bytes})[0]; }
@@ -117,6 +141,18 @@ class Bf16Backend final : public Backend {
   }
   std::size_t weight_view_bytes() const override { return 0; }
 
+  // The largest of: attention's heads and score matrices, LayerNorm's and the biases' partial sums (the widest
+  // biased product is the MLP's, 4C), the squared norm's partials (over at most every parameter).
+  void reserve_scratch(const ModelConfig& c, std::size_t rows) override {
+    const std::size_t T = std::size_t(c.seq), C = std::size_t(c.width), NH = std::size_t(c.heads), B = rows / T;
+    scratch_.reserve(std::max({total_bytes(attention_forward_scratch(B, T, C, NH)),
+                               total_bytes(attention_backward_scratch(B, T, C, NH)),
+                               aligned(kernels_->layernorm_backward_scratch_bytes(rows, C)),
+                               aligned(kernels_->bias_backward_scratch_bytes(rows, 4 * C)),
+                               aligned(kernels_->sum_of_squares_scratch_bytes(ParameterLayout(c).total()))}));
+  }
+  std::size_t scratch_bytes() const override { return scratch_.bytes(); }
+
   // ---- the model -------------------------------------------------------------------------------------------
   void embedding_forward(void* out, const std::int32_t* tokens, const void* wte, const void* wpe, std::size_t N,
                          std::size_t T, std::size_t C) override {
@@ -155,8 +191,8 @@ class Bf16Backend final : public Backend {
   // Attention as permute + strided-batched GEMMs over the B·NH heads + the causal softmax kernels.
   void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
                          std::size_t NH) override {
-    const std::size_t heads = B * NH, N = B * T;
-    const auto r = scratch_.regions({N * C * 2, N * C * 2, N * C * 2, N * C * 2, heads * T * T * 4});
+    const std::size_t heads = B * NH;
+    const auto r = scratch_.regions(attention_forward_scratch(B, T, C, NH));
     bf16 *q = h(r[0]), *k = h(r[1]), *v = h(r[2]), *y = h(r[3]);  // [B,NH,T,hs]
     float* scores = f(r[4]);                                      // [B,NH,T,T]
     kernels_->permute_qkv(q, k, v, h(qkv), B, T, C, NH);
@@ -168,8 +204,8 @@ class Bf16Backend final : public Backend {
   }
   void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs, std::size_t B,
                           std::size_t T, std::size_t C, std::size_t NH) override {
-    const std::size_t heads = B * NH, N = B * T, act = N * C * 2;
-    const auto r = scratch_.regions({act, act, act, act, act, act, act, heads * T * T * 4, heads * T * T * 2});
+    const std::size_t heads = B * NH;
+    const auto r = scratch_.regions(attention_backward_scratch(B, T, C, NH));
     bf16 *q = h(r[0]), *k = h(r[1]), *v = h(r[2]), *dy = h(r[3]), *dq = h(r[4]), *dk = h(r[5]), *dv = h(r[6]);
     float* dprobs = f(r[7]);  // [B,NH,T,T]
     bf16* dscores = h(r[8]);  // [B,NH,T,T]
