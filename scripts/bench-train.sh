@@ -32,6 +32,10 @@ pytorch_tokens_per_s() {
     awk '/^pytorch_tokens_per_s/ {print $2}'
 }
 
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //')
+extensions=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|avx2|fma|avx512[a-z_0-9]*|amx[a-z_0-9]*)$' |
+  tr '\n' ' ')
+echo "cpu: $cpu, $(nproc) cores, vector extensions: ${extensions:-none}"
 echo "config $(basename "$config"): L=$layers H=$width heads=$heads Q=$seq V=$vocab batch=$batch, $threads thread(s)"
 printf '%-8s %14s %14s %8s\n' round dptrain_tok/s pytorch_tok/s ratio
 for round in 1 2; do
