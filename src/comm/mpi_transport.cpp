@@ -45,6 +45,15 @@ MpiTransport::WaitPolicy MpiTransport::wait_policy_from_environment() {
   throw std::invalid_argument(std::string("DPTRAIN_MPI_WAIT is '") + value + "'; spin, yield or sleep expected");
 }
 
+// Measurement knob: DPTRAIN_MPI_SPIN_US overrides kSpinBeforeSleep.
+static std::chrono::microseconds spin_before_sleep() {
+  static const std::chrono::microseconds spin = [] {
+    const char* value = std::getenv("DPTRAIN_MPI_SPIN_US");
+    return value ? std::chrono::microseconds(std::atol(value)) : MpiTransport::kSpinBeforeSleep;
+  }();
+  return spin;
+}
+
 // Every request of `pieces` complete, waiting as the policy says. Each MPI_Testall also progresses MPI (moves
 // the shared-memory fragments of large messages), so the sleeping wait polls often at first and backs off only
 // while nothing completes.
@@ -61,8 +70,8 @@ void MpiTransport::wait_pieces(std::span<MPI_Request> pieces) {
     int done = 0;
     check(MPI_Testall(count, pieces.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
     if (done) return;
-    if (wait_policy_ == WaitPolicy::yield || clock::now() - start < kSpinBeforeSleep) {
-      sched_yield();
+    if (wait_policy_ == WaitPolicy::yield || clock::now() - start < spin_before_sleep()) {
+      if (wait_policy_ == WaitPolicy::yield) sched_yield();
       continue;
     }
     std::this_thread::sleep_for(sleep);
