@@ -29,10 +29,7 @@ CONFIGS=(
   "wide|--config $DPTRAIN_ROOT/configs/small.toml --layers 4 --width 1024 --heads 16 --seq 16 --batch 4"
 )
 
-cpu=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //')
-extensions=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx|avx2|fma|avx512[a-z_0-9]*|amx[a-z_0-9]*)$' |
-  tr '\n' ' ')
-echo "# cpu: $cpu, vector extensions: ${extensions:-none}; wait policy ${DPTRAIN_MPI_WAIT:-sleep (default)}," \
+echo "# $(dptrain_cpu_line); wait policy ${DPTRAIN_MPI_WAIT:-sleep (default)}," \
   "mpi_yield_when_idle ${OMPI_MCA_mpi_yield_when_idle:-unset}"
 echo "# $(date -u +%FT%TZ)  $(nproc) cores  load $(cut -d' ' -f1-3 /proc/loadavg)  $STEPS steps per run"
 printf '%-12s %3s %8s %9s %9s %9s %7s | %9s %9s %7s %10s\n' config np overlap "step ms" "comm ms" "exposed" hidden \

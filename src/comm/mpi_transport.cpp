@@ -45,7 +45,7 @@ MpiTransport::WaitPolicy MpiTransport::wait_policy_from_environment() {
   throw std::invalid_argument(std::string("DPTRAIN_MPI_WAIT is '") + value + "'; spin, yield or sleep expected");
 }
 
-// Measurement knob: DPTRAIN_MPI_SPIN_US overrides kSpinBeforeSleep.
+// DPTRAIN_MPI_SPIN_US overrides kSpinBeforeSleep (microseconds).
 static std::chrono::microseconds spin_before_sleep() {
   static const std::chrono::microseconds spin = [] {
     const char* value = std::getenv("DPTRAIN_MPI_SPIN_US");

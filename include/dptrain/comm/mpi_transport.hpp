@@ -5,10 +5,12 @@
 // PointToPointExecutor; the native collectives are MPI's own (mpi_native.cpp).
 //
 // Waiting: MPI_Waitall spins on the core, which on a machine with as many busy threads as cores takes the core from
-// the compute thread (the comm executor waits while backward runs). The default wait polls with MPI_Testall, spins
-// only for a short while, then sleeps between polls with a bounded back-off, so a message that arrives is noticed
-// within kMaxSleep (docs/cpu-speed.md has the measurements). DPTRAIN_MPI_WAIT=spin|yield|sleep picks the policy
-// (spin: MPI_Waitall; yield: MPI_Testall and sched_yield).
+// the compute thread (the comm executor waits while backward runs). The default wait polls with MPI_Testall for up
+// to kSpinBeforeSleep (a latency-bound hop of a small unit completes within it, so small models lose nothing), then
+// sleeps between polls with a back-off bounded by kMaxSleep, so a message that arrives later is noticed within
+// kMaxSleep plus the scheduler's wake-up. DPTRAIN_MPI_WAIT=spin|yield|sleep picks the policy (spin: MPI_Waitall, as
+// before; yield: MPI_Testall and sched_yield), DPTRAIN_MPI_SPIN_US the spin budget; docs/cpu-speed.md has the
+// measurements behind the defaults.
 #pragma once
 #include <mpi.h>
 
@@ -24,7 +26,7 @@ class MpiTransport final : public Transport {
  public:
   enum class WaitPolicy { spin, yield, sleep };
   // How long a sleeping wait keeps polling before its first sleep, and the longest sleep between two polls.
-  static constexpr std::chrono::microseconds kSpinBeforeSleep{50};
+  static constexpr std::chrono::microseconds kSpinBeforeSleep{1000};
   static constexpr std::chrono::microseconds kMaxSleep{100};
   // The policy of DPTRAIN_MPI_WAIT (spin, yield or sleep; unset: sleep); any other value is refused.
   static WaitPolicy wait_policy_from_environment();
