@@ -6,6 +6,8 @@
 #
 #   scripts/bench-overlap.sh                  # np 2 and 4, 8 steps per run
 #   NPS="2" STEPS=12 scripts/bench-overlap.sh
+#   NPS=2 ONLY="tiny small" scripts/bench-overlap.sh   # only the configs named
+#   DPTRAIN_MPI_WAIT=spin scripts/bench-overlap.sh     # the comm thread's wait policy (docs/cpu-speed.md)
 #
 # Columns: comm = wall time of the step's collectives on the comm thread; exposed = time the compute thread waited
 # for them; hidden = 1 − exposed/comm; "model" = the same from the α–β times of the step's real units, released at
@@ -14,17 +16,21 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 NPS=${NPS:-"2 4"}
 STEPS=${STEPS:-8}
+ONLY=${ONLY:-}
 dptrain_build --target dptrain dpbench
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # name | flags
 CONFIGS=(
+  "tiny|--config $DPTRAIN_ROOT/configs/tiny.toml"
   "small|--config $DPTRAIN_ROOT/configs/small.toml"
   "small/block|--config $DPTRAIN_ROOT/configs/small.toml --bucket-mb 0"
   "wide|--config $DPTRAIN_ROOT/configs/small.toml --layers 4 --width 1024 --heads 16 --seq 16 --batch 4"
 )
 
+echo "# $(dptrain_cpu_line); wait policy ${DPTRAIN_MPI_WAIT:-sleep (default)}," \
+  "mpi_yield_when_idle ${OMPI_MCA_mpi_yield_when_idle:-unset}"
 echo "# $(date -u +%FT%TZ)  $(nproc) cores  load $(cut -d' ' -f1-3 /proc/loadavg)  $STEPS steps per run"
 printf '%-12s %3s %8s %9s %9s %9s %7s | %9s %9s %7s %10s\n' config np overlap "step ms" "comm ms" "exposed" hidden \
   "comm mod" "exp mod" "hid mod" "step mod"
@@ -33,6 +39,7 @@ for np in $NPS; do
   for entry in "${CONFIGS[@]}"; do
     name=${entry%%|*}
     flags=${entry#*|}
+    [[ -n $ONLY && " $ONLY " != *" $name "* ]] && continue
     for overlap in on off; do
       extra=""
       [[ $overlap == off ]] && extra="--no-overlap"

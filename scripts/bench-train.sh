@@ -7,24 +7,14 @@ source "$(dirname "$0")/env.sh"
 config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
 threads="${2:-$(nproc)}"
 steps="${3:-12}"
-DPTRAIN_SETUP_EXTRAS=1 "$DPTRAIN_ROOT/scripts/setup.sh"
-dptrain_build --target dptrain
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+dptrain_bench_setup
 
-value() { grep -E "^$2 *=" "$1" | head -1 | sed 's/.*= *//'; }
-layers=$(value "$config" layers); width=$(value "$config" width); heads=$(value "$config" heads)
-seq=$(value "$config" seq); vocab=$(value "$config" vocab); batch=$(value "$config" batch)
+dptrain_config_shape "$config"
 
-# Median tokens/s of the steps after the first two (warm-up), from the JSONL log.
 dptrain_tokens_per_s() {
   "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" --threads "$threads" --eval-every 0 \
     --quiet --log "$work/run.jsonl" >/dev/null
-  /usr/bin/python3 - "$work/run.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l and '"event"' not in l]
-print(statistics.median(r["tokens_per_s"] for r in rows[2:]))
-PY
+  dptrain_median_tokens_per_s "$work/run.jsonl"
 }
 pytorch_tokens_per_s() {
   /usr/bin/python3 "$DPTRAIN_ROOT/scripts/gpt_reference.py" bench --layers "$layers" --width "$width" \
@@ -32,10 +22,6 @@ pytorch_tokens_per_s() {
     awk '/^pytorch_tokens_per_s/ {print $2}'
 }
 
+dptrain_cpu_line
 echo "config $(basename "$config"): L=$layers H=$width heads=$heads Q=$seq V=$vocab batch=$batch, $threads thread(s)"
-printf '%-8s %14s %14s %8s\n' round dptrain_tok/s pytorch_tok/s ratio
-for round in 1 2; do
-  d=$(dptrain_tokens_per_s)
-  p=$(pytorch_tokens_per_s)
-  awk -v r="$round" -v d="$d" -v p="$p" 'BEGIN { printf "%-8s %14.0f %14.0f %8.2f\n", r, d, p, d / p }'
-done
+dptrain_peer_rounds pytorch_tok/s

@@ -17,3 +17,47 @@ dptrain_calibrate() {
   mpirun -np "$1" --oversubscribe "$DPTRAIN_BUILD/dpbench" --op allreduce --algo ring -b 64K -e 64M -f 4 \
     --fit "$2" > "$2.txt"
 }
+
+# One line naming the CPU and its vector extensions: every speed figure depends on them.
+dptrain_cpu_line() {
+  local cpu extensions
+  cpu=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //')
+  extensions=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+    grep -E '^(avx|avx2|fma|avx512[a-z_0-9]*|amx[a-z_0-9]*)$' | tr '\n' ' ')
+  echo "cpu: $cpu, $(nproc) cores, vector extensions: ${extensions:-none}"
+}
+
+# Sets layers, width, heads, seq, vocab and batch from the TOML config $1 (for the PyTorch peers).
+dptrain_config_shape() {
+  value() { grep -E "^$2 *=" "$1" | head -1 | sed 's/.*= *//'; }
+  layers=$(value "$1" layers); width=$(value "$1" width); heads=$(value "$1" heads)
+  seq=$(value "$1" seq); vocab=$(value "$1" vocab); batch=$(value "$1" batch)
+}
+
+# Median tokens/s of the steps after the first two (warm-up) of the JSONL log $1.
+dptrain_median_tokens_per_s() {
+  /usr/bin/python3 - "$1" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l and '"event"' not in l]
+print(statistics.median(r["tokens_per_s"] for r in rows[2:]))
+PY
+}
+
+# For the peer benchmarks: the PyTorch packages, the dptrain build, and a work folder $work removed at exit.
+dptrain_bench_setup() {
+  DPTRAIN_SETUP_EXTRAS=1 "$DPTRAIN_ROOT/scripts/setup.sh"
+  dptrain_build --target dptrain
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+}
+
+# Two rounds of the caller's dptrain_tokens_per_s and pytorch_tokens_per_s, alternating; $1 names the peer's column.
+dptrain_peer_rounds() {
+  printf '%-8s %14s %14s %8s\n' round dptrain_tok/s "$1" ratio
+  local round d p
+  for round in 1 2; do
+    d=$(dptrain_tokens_per_s)
+    p=$(pytorch_tokens_per_s)
+    awk -v r="$round" -v d="$d" -v p="$p" 'BEGIN { printf "%-8s %14.0f %14.0f %8.2f\n", r, d, p, d / p }'
+  done
+}

@@ -10,6 +10,10 @@ softmax(QKᵀ/√d + causal mask)·V (torch 1.13 has no scaled_dot_product_atten
   bench  train on random tokens with AdamW and print `pytorch_tokens_per_s <value>`: on the CPU in fp32 eager mode;
          with --device cuda (torch ≥ 2) in BF16 autocast with scaled_dot_product_attention (flash/cuDNN attention),
          fused AdamW, and with --compile through torch.compile — the peer of dptrain's cuda backend
+  bench-ddp  the same on the CPU over --nproc local processes (torch.multiprocessing, gloo) under
+         DistributedDataParallel, each rank on batch / nproc windows of the global batch, --threads each; prints
+         `pytorch_ddp_tokens_per_s <value>` (global tokens per second, rank 0's median step) — the peer of
+         `mpirun -np N dptrain`
   check  load weights from a safetensors file, run one forward/backward on the given windows, print the mean loss,
          gradient norms, torch version and FNV-1a hashes of the weights and windows it used (JSON) and optionally
          write the whole gradient (tests/compute/pytorch_reference_test and its committed fixture
@@ -159,6 +163,60 @@ def bench(args):
     print(f"pytorch_tokens_per_s {tokens_per_step / median:.1f}")
 
 
+def ddp_worker(rank, args, port, result):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    gpt = Gpt(args.vocab, args.seq, args.layers, args.width, args.heads)
+    # gloo cannot broadcast the bool causal masks; they are constants, identical on every rank.
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+        gpt, [name for name, _ in gpt.named_buffers() if name.endswith("mask")])
+    model = DistributedDataParallel(gpt)
+    optimizer = adamw(model.module)
+    generator = torch.Generator().manual_seed(args.seed + 1 + rank)
+    local = args.batch // args.nproc
+    times = []
+    for step in range(args.steps):
+        windows = torch.randint(0, args.vocab, (local, args.seq + 1), generator=generator)
+        dist.barrier()
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(windows[:, :-1], windows[:, 1:])
+        loss.backward()  # DDP all-reduces the gradient buckets while backward runs
+        optimizer.step()
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        if rank == 0:
+            print(f"step {step} loss {loss.item():.4f} time {elapsed * 1e3:.1f} ms"
+                  f"{' (warm-up)' if step < 2 else ''}", file=sys.stderr)
+    if rank == 0:
+        result.put(statistics.median(times[2:]))
+    dist.destroy_process_group()
+
+
+def bench_ddp(args):
+    if args.steps < 3:
+        raise SystemExit(f"gpt_reference: --steps must be at least 3 (2 warm-up + 1 timed), got {args.steps}")
+    if args.nproc < 1 or args.batch % args.nproc != 0:
+        raise SystemExit(f"gpt_reference: --batch {args.batch} must be divisible by --nproc {args.nproc}")
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as s:  # a free local port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.get_context("spawn")
+    result = context.SimpleQueue()
+    mp.start_processes(ddp_worker, args=(args, port, result), nprocs=args.nproc, start_method="spawn")
+    median = result.get()
+    tokens_per_step = args.batch * args.seq
+    print(f"torch {torch.__version__}, DistributedDataParallel (gloo), {args.nproc} processes x {args.threads} "
+          f"threads, {tokens_per_step} tokens/step (global), median step {median * 1e3:.1f} ms over "
+          f"{args.steps - 2} steps", file=sys.stderr)
+    print(f"pytorch_ddp_tokens_per_s {tokens_per_step / median:.1f}")
+
+
 def fnv1a(data):
     """64-bit FNV-1a over bytes, as dptrain::fnv1a (include/dptrain/core/hash.hpp)."""
     h = 0xcbf29ce484222325
@@ -236,16 +294,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="mode", required=True)
     b = sub.add_parser("bench", help="fp32 eager training throughput on random tokens")
-    b.add_argument("--layers", type=int, default=4)
-    b.add_argument("--width", type=int, default=256)
-    b.add_argument("--heads", type=int, default=4)
-    b.add_argument("--seq", type=int, default=128)
-    b.add_argument("--vocab", type=int, default=256)
-    b.add_argument("--batch", type=int, default=16, help="windows per step")
-    b.add_argument("--steps", type=int, default=6, help="steps in all; the first 2 are warm-up, the median of the "
-                                                         "rest is reported")
-    b.add_argument("--threads", type=int, default=1)
-    b.add_argument("--seed", type=int, default=1234)
+    d = sub.add_parser("bench-ddp", help="the same under DistributedDataParallel (gloo) on --nproc processes")
+    d.add_argument("--nproc", type=int, default=2, help="local processes (ranks)")
+    for p in (b, d):
+        p.add_argument("--layers", type=int, default=4)
+        p.add_argument("--width", type=int, default=256)
+        p.add_argument("--heads", type=int, default=4)
+        p.add_argument("--seq", type=int, default=128)
+        p.add_argument("--vocab", type=int, default=256)
+        p.add_argument("--batch", type=int, default=16, help="windows per step")
+        p.add_argument("--steps", type=int, default=6, help="steps in all; the first 2 are warm-up, the median of the "
+                                                             "rest is reported")
+        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--seed", type=int, default=1234)
     b.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     b.add_argument("--compile", action="store_true", help="torch.compile the model (cuda)")
     c = sub.add_parser("check", help="loss and gradient norms of the weights in a safetensors file")
@@ -257,7 +318,7 @@ def main():
     c.add_argument("--seed", type=int, default=1234)
     c.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    bench(args) if args.mode == "bench" else check(args)
+    {"bench": bench, "bench-ddp": bench_ddp, "check": check}[args.mode](args)
 
 
 if __name__ == "__main__":

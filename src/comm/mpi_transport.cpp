@@ -1,9 +1,13 @@
 // MpiTransport: non-blocking MPI point-to-point on a duplicated communicator.
 #include "dptrain/comm/mpi_transport.hpp"
 
+#include <sched.h>
+
 #include <climits>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "dptrain/core/error.hpp"
 
@@ -30,6 +34,49 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_piece_bytes) : max_pie
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  wait_policy_ = wait_policy_from_environment();
+}
+
+MpiTransport::WaitPolicy MpiTransport::wait_policy_from_environment() {
+  const char* value = std::getenv("DPTRAIN_MPI_WAIT");
+  if (value == nullptr || std::string(value) == "sleep") return WaitPolicy::sleep;
+  if (std::string(value) == "spin") return WaitPolicy::spin;
+  if (std::string(value) == "yield") return WaitPolicy::yield;
+  throw std::invalid_argument(std::string("DPTRAIN_MPI_WAIT is '") + value + "'; spin, yield or sleep expected");
+}
+
+// DPTRAIN_MPI_SPIN_US overrides kSpinBeforeSleep (microseconds).
+static std::chrono::microseconds spin_before_sleep() {
+  static const std::chrono::microseconds spin = [] {
+    const char* value = std::getenv("DPTRAIN_MPI_SPIN_US");
+    return value ? std::chrono::microseconds(std::atol(value)) : MpiTransport::kSpinBeforeSleep;
+  }();
+  return spin;
+}
+
+// Every request of `pieces` complete, waiting as the policy says. Each MPI_Testall also progresses MPI (moves
+// the shared-memory fragments of large messages), so the sleeping wait polls often at first and backs off only
+// while nothing completes.
+void MpiTransport::wait_pieces(std::span<MPI_Request> pieces) {
+  const int count = static_cast<int>(pieces.size());
+  if (wait_policy_ == WaitPolicy::spin) {
+    check(MPI_Waitall(count, pieces.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    return;
+  }
+  using clock = std::chrono::steady_clock;
+  const clock::time_point start = clock::now();
+  std::chrono::microseconds sleep{5};
+  for (;;) {
+    int done = 0;
+    check(MPI_Testall(count, pieces.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (done) return;
+    if (wait_policy_ == WaitPolicy::yield || clock::now() - start < spin_before_sleep()) {
+      if (wait_policy_ == WaitPolicy::yield) sched_yield();
+      continue;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, kMaxSleep);
+  }
 }
 
 MpiTransport::~MpiTransport() {
@@ -91,8 +138,7 @@ void MpiTransport::release(Request& request) {
 
 void MpiTransport::wait(Request& request) {
   if (!request.active()) return;
-  std::vector<MPI_Request>& pieces = slot_of(request);
-  check(MPI_Waitall(static_cast<int>(pieces.size()), pieces.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  wait_pieces(slot_of(request));
   release(request);
 }
 
@@ -104,8 +150,7 @@ void MpiTransport::wait_all(std::span<Request> requests) {
     const std::vector<MPI_Request>& pieces = slot_of(request);
     wait_scratch_.insert(wait_scratch_.end(), pieces.begin(), pieces.end());
   }
-  check(MPI_Waitall(static_cast<int>(wait_scratch_.size()), wait_scratch_.data(), MPI_STATUSES_IGNORE),
-        "MPI_Waitall");
+  wait_pieces(wait_scratch_);
   for (Request& request : requests) {
     if (request.active()) release(request);
   }

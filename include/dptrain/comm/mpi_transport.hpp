@@ -3,9 +3,18 @@
 // MPI's non-overtaking rule then gives the Transport's pair-wise posting order. Messages over INT_MAX bytes are
 // split into pieces (MPI counts are int); one Request then stands for all pieces. Schedules run on the
 // PointToPointExecutor; the native collectives are MPI's own (mpi_native.cpp).
+//
+// Waiting: MPI_Waitall spins on the core, which on a machine with as many busy threads as cores takes the core from
+// the compute thread (the comm executor waits while backward runs). The default wait polls with MPI_Testall for up
+// to kSpinBeforeSleep (a latency-bound hop of a small unit completes within it, so small models lose nothing), then
+// sleeps between polls with a back-off bounded by kMaxSleep, so a message that arrives later is noticed within
+// kMaxSleep plus the scheduler's wake-up. DPTRAIN_MPI_WAIT=spin|yield|sleep picks the policy (spin: MPI_Waitall, as
+// before; yield: MPI_Testall and sched_yield), DPTRAIN_MPI_SPIN_US the spin budget; docs/cpu-speed.md has the
+// measurements behind the defaults.
 #pragma once
 #include <mpi.h>
 
+#include <chrono>
 #include <vector>
 
 #include "dptrain/comm/point_to_point_executor.hpp"
@@ -15,6 +24,13 @@ namespace dptrain {
 
 class MpiTransport final : public Transport {
  public:
+  enum class WaitPolicy { spin, yield, sleep };
+  // How long a sleeping wait keeps polling before its first sleep, and the longest sleep between two polls.
+  static constexpr std::chrono::microseconds kSpinBeforeSleep{1000};
+  static constexpr std::chrono::microseconds kMaxSleep{100};
+  // The policy of DPTRAIN_MPI_WAIT (spin, yield or sleep; unset: sleep); any other value is refused.
+  static WaitPolicy wait_policy_from_environment();
+
   // Largest piece of one message, in bytes; below INT_MAX and a multiple of 4 KiB.
   static constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
 
@@ -47,6 +63,7 @@ class MpiTransport final : public Transport {
   Request post(std::size_t bytes, Post&& post_piece);
   std::vector<MPI_Request>& slot_of(const Request& request);
   void release(Request& request);
+  void wait_pieces(std::span<MPI_Request> pieces);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::size_t max_piece_bytes_;
@@ -57,6 +74,7 @@ class MpiTransport final : public Transport {
   std::vector<std::vector<MPI_Request>> slots_;
   std::vector<std::int64_t> free_slots_;
   std::vector<MPI_Request> wait_scratch_;
+  WaitPolicy wait_policy_ = WaitPolicy::sleep;
   PointToPointExecutor executor_;
 };
 

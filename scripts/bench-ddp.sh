@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Data-parallel training throughput on one machine: `mpirun -np N dptrain` (N ranks × T threads) against PyTorch
+# DistributedDataParallel (gloo, N local processes × T threads, scripts/gpt_reference.py bench-ddp) on the same
+# model and global batch, measured in the same run (alternating, twice each). Prints global tokens/s and the ratio,
+# with the CPU model and its vector extensions (the figures depend on them).
+# Usage: scripts/bench-ddp.sh [config (default configs/small.toml)] [ranks (default 2)] [threads per rank (1)] [steps (12)]
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
+ranks="${2:-2}"
+threads="${3:-1}"
+steps="${4:-12}"
+dptrain_bench_setup
+
+dptrain_config_shape "$config"
+
+# Global tokens/s, from rank 0's JSONL log.
+dptrain_tokens_per_s() {
+  mpirun -np "$ranks" --oversubscribe "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" \
+    --threads "$threads" --eval-every 0 --check-every 0 --quiet --log "$work/run.jsonl" >/dev/null
+  dptrain_median_tokens_per_s "$work/run.jsonl"
+}
+pytorch_tokens_per_s() {
+  /usr/bin/python3 "$DPTRAIN_ROOT/scripts/gpt_reference.py" bench-ddp --nproc "$ranks" --layers "$layers" \
+    --width "$width" --heads "$heads" --seq "$seq" --vocab "$vocab" --batch "$batch" --steps "$steps" \
+    --threads "$threads" 2>/dev/null | awk '/^pytorch_ddp_tokens_per_s/ {print $2}'
+}
+
+dptrain_cpu_line
+echo "config $(basename "$config"): L=$layers H=$width heads=$heads Q=$seq V=$vocab global batch=$batch," \
+  "$ranks ranks x $threads thread(s)"
+dptrain_peer_rounds ddp_tok/s
