@@ -139,7 +139,9 @@ TEST_P(CudaAgainstCpu, TrainingStepsFollowTheCpuLosses) {
     if (step == 0) first = rb.loss;
     last = rb.loss;
   }
-  if (steps >= 50) EXPECT_LT(last, 0.8 * first) << "the run did not learn";
+  if (steps >= 50) {
+    EXPECT_LT(last, 0.8 * first) << "the run did not learn";
+  }
 }
 
 TEST_P(CudaAgainstCpu, TwoRunsAreBitwiseEqual) {
