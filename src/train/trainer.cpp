@@ -141,8 +141,14 @@ std::string Trainer::save(int step) {
   // The first save of a run started with --overwrite removes the earlier run's checkpoints once it is in place.
   const std::string where = save_checkpoint(
       options_.save, *engine_, options_, step,
-      {.barrier = [this] { world_.barrier(); },
-       .gather_to_first = [this](const std::string& text) { return world_.gather_to_first(text); }},
+      {.barrier = [this] { engine_->run_on_comm_executor([&] { world_.barrier(); }, "the checkpoint's barrier"); },
+       .gather_to_first =
+           [this](const std::string& text) {
+             std::vector<std::string> texts;
+             engine_->run_on_comm_executor([&] { texts = world_.gather_to_first(text); },
+                                           "the checkpoint's gather of shard records");
+             return texts;
+           }},
       !saved_once_);
   saved_once_ = true;
   if (!options_.quiet) say(fmt::format("dptrain | saved checkpoint {}", where));
@@ -165,11 +171,16 @@ double Trainer::evaluate() {
   for (std::size_t i = begin; i < end; ++i) data_->val_window(i, E, windows.data() + (i - begin) * W);
   // Every rank calls loss_sum, windows or not: from ZeRO-3 on it gathers the weights.
   const double local = engine_->loss_sum(windows.data(), end - begin);
-  return world_.sum_in_rank_order(local) / double(E * std::size_t(options_.model.seq));
+  double total = 0;
+  engine_->run_on_comm_executor([&] { total = world_.sum_in_rank_order(local); }, "the sum of the validation loss");
+  return total / double(E * std::size_t(options_.model.seq));
 }
 
 void Trainer::check_weights_agree(int step) {
-  const std::vector<int> differing = world_.ranks_differing_from_first(engine_->weights_hash());
+  const std::uint64_t hash = engine_->weights_hash();
+  std::vector<int> differing;
+  engine_->run_on_comm_executor([&] { differing = world_.ranks_differing_from_first(hash); },
+                                "the comparison of weight hashes");
   if (!differing.empty())
     world_.abort(fmt::format("weights differ across ranks after step {}: rank(s) {} disagree with rank 0", step,
                              fmt::join(differing, ", ")),
@@ -216,12 +227,18 @@ int Trainer::run() {
         engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
     const double seconds = watch.seconds();
     std::vector<CommRecord> calls = collectives_->log().take();
-    engine_->run_on_comm_executor(  // outside the timed step: its skew and transfer (collective_skew.hpp)
-        [&] { split_skew(calls, world_.all_gather(entry_times(calls)), world_.size()); }, "the exchange of entry times");
+    // Outside the timed step: its skew and transfer (collective_skew.hpp), and whether a stop signal reached any
+    // rank (then every rank stops after this same step). On the comm executor, under --comm-timeout's watch, as
+    // every collective between steps: a rank that stops or dies there ends the job, it does not hang it.
+    int stop_signal = 0;
+    engine_->run_on_comm_executor(
+        [&] {
+          split_skew(calls, world_.all_gather(entry_times(calls)), world_.size());
+          stop_signal = int(world_.max_over_ranks({double(stop_signal_received())})[0]);
+        },
+        "the exchange of entry times and stop requests");
     const StepComm comm = account_step_comm(calls, result.unit_backward_s, !options_.no_overlap, world_.size(),
                                             link_.link, totals.collectives);
-    // A stop signal on any rank stops every rank after this same step (outside the step's timed region).
-    const int stop_signal = int(world_.max_over_ranks({double(stop_signal_received())})[0]);
     const std::string skipped =
         result.finite ? std::string()
                       : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite", step + 1,
@@ -272,6 +289,8 @@ int Trainer::run() {
 void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
   const std::vector<double> mine =
       memory_figures(engine_->memory(), peak_resident_bytes(), double(backend_->device().memory_in_use()));
+  std::vector<double> largest;
+  engine_->run_on_comm_executor([&] { largest = world_.max_over_ranks(mine); }, "the exchange of memory figures");
   const RunSummary summary = run_summary({.options = options_,
                                           .run = run,
                                           .totals = totals,
@@ -279,7 +298,7 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
                                           .parameters = engine_->layout().total(),
                                           .link = link_,
                                           .memory_mine = mine,
-                                          .memory_largest = world_.max_over_ranks(mine),
+                                          .memory_largest = largest,
                                           .first_step = first_step_,
                                           .threads = threads_});
   for (const std::string& line : summary.lines) say(line);
