@@ -3,68 +3,12 @@
 #include "dptrain/comm/point_to_point_executor.hpp"
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
 
 #include "dptrain/core/error.hpp"
+#include "schedule_pieces.hpp"
 
 namespace dptrain {
-namespace {
-
-// Disjoint element intervals, each labelled with the latest (largest) mark that covered it: "which piece last
-// wrote or read these elements". Marks only grow, so the largest label over a range is the latest toucher.
-class LatestTouch {
- public:
-  // The largest label on any element of `range`, 0 if none.
-  std::size_t latest(ElementRange range) const {
-    std::size_t label = 0;
-    auto it = intervals_.upper_bound(range.begin);
-    if (it != intervals_.begin() && std::prev(it)->second.end > range.begin) --it;
-    for (; it != intervals_.end() && it->first < range.end(); ++it) label = std::max(label, it->second.label);
-    return label;
-  }
-
-  // Labels every element of `range` with `label` (≥ every label so far).
-  void mark(ElementRange range, std::size_t label) {
-    if (range.count == 0) return;
-    split_at(range.begin);
-    split_at(range.end());
-    intervals_.erase(intervals_.lower_bound(range.begin), intervals_.lower_bound(range.end()));
-    intervals_.emplace(range.begin, Interval{range.end(), label});
-  }
-
-  void clear() { intervals_.clear(); }
-
- private:
-  struct Interval {
-    std::size_t end;
-    std::size_t label;
-  };
-
-  // Makes `at` an interval boundary (an interval strictly containing it becomes two with the same label).
-  void split_at(std::size_t at) {
-    auto it = intervals_.upper_bound(at);
-    if (it == intervals_.begin()) return;
-    --it;
-    if (it->first < at && at < it->second.end) {
-      const Interval tail = it->second;
-      it->second.end = at;
-      intervals_.emplace(at, tail);
-    }
-  }
-
-  std::map<std::size_t, Interval> intervals_;  // begin → interval
-};
-
-// Calls add(piece range) for each piece of at most piece_elements of `range`, in order.
-template <typename Add>
-void for_each_piece(ElementRange range, std::size_t piece_elements, Add&& add) {
-  for (std::size_t offset = 0; offset < range.count; offset += piece_elements) {
-    add(ElementRange{range.begin + offset, std::min(piece_elements, range.count - offset)});
-  }
-}
-
-}  // namespace
 
 void PointToPointExecutor::plan(const Schedule& schedule, std::size_t piece_elements) {
   sends_.clear();
