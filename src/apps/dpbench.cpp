@@ -2,8 +2,11 @@
 // -e by factor -f, runs an operation with one or all algorithms (ring, tree, native) and prints one fixed-column
 // row per size and algorithm: time = the slowest rank's mean per-iteration time, algbw = size / time, busbw =
 // algbw times the nccl-tests factor of the operation, #wrong = wrong elements over all ranks (with -c 1).
+// --device cuda runs on GPU buffers over NCCL (one GPU per rank; ring and tree from ncclSend/ncclRecv, native is
+// NCCL's own) and adds NCCL's estimate of its own collective (ncclGroupSimulateEnd) to every row.
 //
 //   mpirun -np 4 dpbench --op allreduce --algo all -b 1K -e 64M -f 4 -c 1 --json sweep.json
+//   NCCL_ALGO=Ring NCCL_PROTO=Simple mpirun -np 8 dpbench --device cuda -b 1M -e 1G -c 1
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -18,13 +21,18 @@
 
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/comm/mpi_transport.hpp"
+#include "dptrain/compute/backend.hpp"
+#include "dptrain/core/atomic_file.hpp"
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/fit.hpp"
 #include "dptrain/cost/link.hpp"
-#include "dptrain/core/atomic_file.hpp"
+#include "dptrain/train/run_transport.hpp"
+#if DPTRAIN_HAVE_NCCL
+#include "dptrain/comm/nccl_transport.hpp"
+#endif
 
 namespace dptrain {
 namespace {
@@ -44,9 +52,12 @@ BenchOp parse_op(const std::string& name) {
 
 CollectiveOp collective_of(BenchOp op) {
   switch (op) {
-    case BenchOp::reduce_scatter: return CollectiveOp::reduce_scatter;
-    case BenchOp::all_gather: return CollectiveOp::all_gather;
-    default: return CollectiveOp::all_reduce;
+    case BenchOp::reduce_scatter:
+      return CollectiveOp::reduce_scatter;
+    case BenchOp::all_gather:
+      return CollectiveOp::all_gather;
+    default:
+      return CollectiveOp::all_reduce;
   }
 }
 
@@ -55,10 +66,13 @@ CollectiveOp collective_of(BenchOp op) {
 // neighbour exchange exactly its message.
 double busbw_factor(BenchOp op, int p) {
   switch (op) {
-    case BenchOp::allreduce: return 2.0 * (p - 1) / p;
+    case BenchOp::allreduce:
+      return 2.0 * (p - 1) / p;
     case BenchOp::reduce_scatter:
-    case BenchOp::all_gather: return static_cast<double>(p - 1) / p;
-    case BenchOp::sendrecv: return 1.0;
+    case BenchOp::all_gather:
+      return static_cast<double>(p - 1) / p;
+    case BenchOp::sendrecv:
+      return 1.0;
   }
   return 1.0;
 }
@@ -91,8 +105,10 @@ struct Options {
   int iters = 20, warmup = 5;
   bool check = false;
   std::string json;
-  std::size_t ring_piece_bytes = kRingPieceBytes;
-  std::string fit;  // --fit FILE: least-squares α, β (and γ) per algorithm, the first algorithm's written as link.json
+  std::string device = "cpu";
+  std::size_t ring_piece_bytes = kRingPieceBytes;  // cuda: kNcclRingPieceBytes
+  std::string
+      fit;  // --fit FILE: least-squares α, β (and γ) per algorithm, the first algorithm's written as link.json
 };
 
 // Returns nullopt after --help (printed by rank 0). Throws UserError on bad input, CLI::ParseError on bad syntax.
@@ -118,6 +134,8 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("-c,--check", check, "1: verify results and count wrong elements")->capture_default_str();
   app.add_option("--json", options.json, "also write the rows as a JSON array to this file");
   app.add_option("--ring-piece", piece, "ring message size in bytes (K, M, G suffixes; 'chunk' = unpipelined)");
+  app.add_option("--device", options.device, "cpu (MPI, host buffers) or cuda (NCCL, GPU buffers)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -147,8 +165,13 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   require(options.warmup >= 0, "-w: warm-up iterations must be at least 0, got {}", options.warmup);
   require(check == 0 || check == 1, "-c: expected 0 or 1, got {}", check);
   options.check = check == 1;
-  if (piece == "chunk") options.ring_piece_bytes = SIZE_MAX;
-  else if (!piece.empty()) options.ring_piece_bytes = parse_size(piece, "--ring-piece");
+  require(options.device == "cpu" || options.device == "cuda", "--device: unknown device '{}' (expected cpu or cuda)",
+          options.device);
+  if (options.device == "cuda") options.ring_piece_bytes = kNcclRingPieceBytes;
+  if (piece == "chunk")
+    options.ring_piece_bytes = SIZE_MAX;
+  else if (!piece.empty())
+    options.ring_piece_bytes = parse_size(piece, "--ring-piece");
   return options;
 }
 
@@ -176,8 +199,10 @@ struct Elements {
   std::vector<std::byte> bytes;
   Elements(DType dtype, std::size_t count) : dtype(dtype), bytes(count * element_size(dtype)) {}
   void set(std::size_t i, float x) {
-    if (dtype == DType::f32) reinterpret_cast<float*>(bytes.data())[i] = x;
-    else reinterpret_cast<bf16*>(bytes.data())[i] = to_bf16(x);
+    if (dtype == DType::f32)
+      reinterpret_cast<float*>(bytes.data())[i] = x;
+    else
+      reinterpret_cast<bf16*>(bytes.data())[i] = to_bf16(x);
   }
   float get(std::size_t i) const {
     return dtype == DType::f32 ? reinterpret_cast<const float*>(bytes.data())[i]
@@ -191,27 +216,91 @@ struct BenchResult {
   DType dtype;
   std::size_t size, count;
   double time_us, algbw, busbw;
-  std::optional<long> wrong;  // nullopt without -c 1
+  std::optional<long> wrong;               // nullopt without -c 1
+  std::optional<double> nccl_estimate_us;  // --device cuda: NCCL's estimate of its own collective of this size
   int ranks;
 };
 
-// One operation on `data` (and `incoming` for sendrecv); what is timed.
+// Where the benchmark runs: the transport, the memory its buffers live in and how it adds. On the cpu, MPI on host
+// buffers; on cuda, NCCL on the rank's GPU, issuing on a stream of its own.
+struct Bench {
+  std::unique_ptr<Device> device;  // cuda only
+  Stream stream;
+  std::unique_ptr<Transport> transport;
+  Memory* memory = &host_memory();
+  ReduceAdd reduce_add = host_reduce_add;
+  std::string transport_name = "MPI";
+  // NCCL's own estimate of a native collective on a buffer, in seconds (ncclGroupSimulateEnd); empty on the cpu.
+  std::function<double(CollectiveOp, std::size_t, DType, void*)> estimate;
+
+  ~Bench() {
+    transport.reset();
+    if (device) device->destroy(stream);
+  }
+};
+
+// This rank's place on its node (and, for cuda, its GPU).
+Placement local_placement() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  return placement_from_environment(local_rank, local_size);
+}
+
+// Why this rank cannot run on `device` ("" when it can): no CUDA in the build, no usable GPU, too few GPUs, no NCCL.
+std::string device_unavailable(const std::string& device, Placement placement) {
+  if (device == "cpu") return "";
+  if (std::string why = backend_unavailable("cuda", placement); !why.empty()) return why;
+  if (std::string why = multi_rank_unsupported("cuda"); !why.empty()) return "--device cuda: " + why;
+  return "";
+}
+
+std::unique_ptr<Bench> make_bench(const Options& options, Placement placement) {
+  auto bench = std::make_unique<Bench>();
+  if (options.device == "cpu") {
+    bench->transport = std::make_unique<MpiTransport>(MPI_COMM_WORLD);
+    return bench;
+  }
+#if DPTRAIN_HAVE_NCCL
+  bench->device = make_cuda_device(placement.gpu());
+  bench->stream = bench->device->create_stream();
+  constexpr double kTimeoutSeconds = 300;  // a collective that has not ended by then never will
+  auto nccl = std::make_unique<NcclTransport>(MPI_COMM_WORLD, placement.gpu(),
+                                              static_cast<CUstream_st*>(bench->stream.handle), kTimeoutSeconds);
+  bench->reduce_add = nccl->reduce_add();
+  bench->estimate = [transport = nccl.get()](CollectiveOp op, std::size_t count, DType dtype, void* data) {
+    return transport->simulated_seconds(op, count, dtype, data);
+  };
+  bench->transport_name = "NCCL " + NcclTransport::version();
+  bench->memory = bench->device.get();
+  bench->transport = std::move(nccl);
+#else
+  (void)placement;
+#endif
+  return bench;
+}
+
+// One operation on `data` (and `incoming` for sendrecv), buffers in the bench's memory; what is timed.
 class Runner {
  public:
-  Runner(const Options& options, MpiTransport& transport, Algorithm algo)
+  Runner(const Options& options, Bench& bench, Algorithm algo)
       : options_(options),
-        transport_(transport),
-        collectives_(make_collectives(algo, transport, host_reduce_add, host_memory(), options.ring_piece_bytes)) {}
+        transport_(*bench.transport),
+        collectives_(make_collectives(algo, transport_, bench.reduce_add, *bench.memory, options.ring_piece_bytes)) {}
 
-  void run_once(Elements& data, Elements& incoming, std::size_t count) {
+  void run_once(void* data, void* incoming, std::size_t count) {
+    const std::size_t bytes = count * element_size(options_.dtype);
     if (options_.op != BenchOp::sendrecv) {
-      collectives_->run(collective_of(options_.op), data.bytes.data(), count, options_.dtype);
+      collectives_->run(collective_of(options_.op), data, count, options_.dtype);
       collectives_->log().clear();  // the benchmark times itself; keep the log from growing
       return;
     }
     const int p = transport_.size(), r = transport_.rank();
-    Request requests[2] = {transport_.irecv((r - 1 + p) % p, incoming.bytes.data(), incoming.bytes.size()),
-                           transport_.isend((r + 1) % p, data.bytes.data(), data.bytes.size())};
+    Request requests[2] = {transport_.irecv((r - 1 + p) % p, incoming, bytes),
+                           transport_.isend((r + 1) % p, data, bytes)};
     transport_.wait_all(requests);
   }
 
@@ -256,7 +345,7 @@ class Runner {
 
  private:
   const Options& options_;
-  MpiTransport& transport_;
+  Transport& transport_;
   std::unique_ptr<Collectives> collectives_;
 };
 
@@ -269,59 +358,87 @@ std::size_t row_count(const Options& options, std::size_t bytes, int p) {
   return (count + ranks - 1) / ranks * ranks;
 }
 
-BenchResult measure(const Options& options, MpiTransport& transport, Algorithm algo, std::size_t bytes) {
-  const int p = transport.size();
+BenchResult measure(const Options& options, Bench& bench, Algorithm algo, std::size_t bytes) {
+  const int p = bench.transport->size();
   const std::size_t count = row_count(options, bytes, p);
-  Runner runner(options, transport, algo);
-  Elements data(options.dtype, count), incoming(options.dtype, count);
-  runner.fill(data, count);
-  for (int i = 0; i < options.warmup; ++i) runner.run_once(data, incoming, count);
-  MPI_Barrier(transport.communicator());
+  const std::size_t size = count * element_size(options.dtype);
+  Runner runner(options, bench, algo);
+  Elements host(options.dtype, count), incoming(options.dtype, count);
+  Buffer data(*bench.memory, std::max<std::size_t>(size, 1)), received(*bench.memory, std::max<std::size_t>(size, 1));
+  runner.fill(host, count);
+  bench.memory->upload(data.data(), host.bytes.data(), size);
+  for (int i = 0; i < options.warmup; ++i) runner.run_once(data.data(), received.data(), count);
+  MPI_Barrier(MPI_COMM_WORLD);
   const Stopwatch stopwatch;
-  for (int i = 0; i < options.iters; ++i) runner.run_once(data, incoming, count);
+  for (int i = 0; i < options.iters; ++i) runner.run_once(data.data(), received.data(), count);
   double seconds = stopwatch.seconds() / options.iters;
-  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, transport.communicator());
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 
   BenchResult result{.op = options.op,
                      .algo = options.op == BenchOp::sendrecv ? "p2p" : std::string(algorithm_name(algo)),
                      .dtype = options.dtype,
-                     .size = count * element_size(options.dtype),
+                     .size = size,
                      .count = count,
                      .time_us = 1e6 * seconds,
-                     .algbw = static_cast<double>(count * element_size(options.dtype)) / seconds / 1e9,
+                     .algbw = static_cast<double>(size) / seconds / 1e9,
                      .busbw = 0,
                      .wrong = std::nullopt,
+                     .nccl_estimate_us = std::nullopt,
                      .ranks = p};
   result.busbw = result.algbw * busbw_factor(options.op, p);
+  if (bench.estimate && options.op != BenchOp::sendrecv && count > 0)
+    result.nccl_estimate_us = 1e6 * bench.estimate(collective_of(options.op), count, options.dtype, data.data());
   if (options.check) {
-    runner.fill(data, count);
-    runner.run_once(data, incoming, count);
-    long wrong = runner.wrong(data, incoming, count);
-    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, transport.communicator());
+    runner.fill(host, count);
+    bench.memory->upload(data.data(), host.bytes.data(), size);
+    runner.run_once(data.data(), received.data(), count);
+    bench.memory->download(host.bytes.data(), data.data(), size);
+    bench.memory->download(incoming.bytes.data(), received.data(), size);
+    long wrong = runner.wrong(host, incoming, count);
+    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     result.wrong = wrong;
   }
   return result;
 }
 
-void print_header(const Options& options, int ranks) {
+// NCCL's choices that decide what native runs: the benchmark's baseline is stated, not implied.
+std::string nccl_settings() {
+  std::string settings;
+  for (const char* name : {"NCCL_ALGO", "NCCL_PROTO", "NCCL_HOSTID", "NCCL_MAX_CTAS"}) {
+    const char* value = std::getenv(name);
+    settings += fmt::format(", {}={}", name, value ? value : "(NCCL's choice)");
+  }
+  return settings;
+}
+
+void print_header(const Options& options, const Bench& bench, int ranks) {
   std::printf("# dpbench: op %s, %d ranks, type %s, iters %d, warm-up %d, check %s\n",
               std::string(name_of(options.op)).c_str(), ranks, std::string(dtype_name(options.dtype)).c_str(),
               options.iters, options.warmup, options.check ? "on" : "off");
+  std::printf("# device %s, transport %s%s, ring pieces of %s\n", options.device.c_str(),
+              bench.transport_name.c_str(), bench.estimate ? nccl_settings().c_str() : "",
+              options.ring_piece_bytes == SIZE_MAX ? "whole chunks"
+                                                   : format_binary_bytes(double(options.ring_piece_bytes)).c_str());
+  if (bench.estimate)
+    std::printf("# nccl-est: NCCL's own estimate of its native collective of that size (ncclGroupSimulateEnd)\n");
   if (options.op == BenchOp::reduce_scatter || options.op == BenchOp::all_gather) {
     std::printf("# counts rounded up to a multiple of %d ranks (native needs equal chunks)\n", ranks);
   }
   std::printf("# time: slowest rank's mean per iteration; busbw = algbw x %s\n#\n",
-              options.op == BenchOp::allreduce   ? "2(p-1)/p"
+              options.op == BenchOp::allreduce  ? "2(p-1)/p"
               : options.op == BenchOp::sendrecv ? "1"
-                                                 : "(p-1)/p");
-  std::printf("%15s %12s %6s %7s %12s %12s %12s %8s\n", "# size(B)", "count", "type", "algo", "time(us)",
-              "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+                                                : "(p-1)/p");
+  std::printf("%15s %12s %6s %7s %12s %12s %12s %8s%s\n", "# size(B)", "count", "type", "algo", "time(us)",
+              "algbw(GB/s)", "busbw(GB/s)", "#wrong",
+              bench.estimate ? fmt::format(" {:>14}", "nccl-est(us)").c_str() : "");
 }
 
 void print_row(const BenchResult& r) {
   const std::string wrong = r.wrong ? std::to_string(*r.wrong) : "N/A";
-  std::printf("%15zu %12zu %6s %7s %12.2f %12.3f %12.3f %8s\n", r.size, r.count,
-              std::string(dtype_name(r.dtype)).c_str(), r.algo.c_str(), r.time_us, r.algbw, r.busbw, wrong.c_str());
+  const std::string estimate = r.nccl_estimate_us ? fmt::format(" {:14.2f}", *r.nccl_estimate_us) : "";
+  std::printf("%15zu %12zu %6s %7s %12.2f %12.3f %12.3f %8s%s\n", r.size, r.count,
+              std::string(dtype_name(r.dtype)).c_str(), r.algo.c_str(), r.time_us, r.algbw, r.busbw, wrong.c_str(),
+              estimate.c_str());
   std::fflush(stdout);
 }
 
@@ -330,9 +447,12 @@ cost::Collective modelled_collective(BenchOp op, const std::string& algo) {
   switch (op) {
     case BenchOp::allreduce:
       return algo == "tree" ? cost::Collective::tree_all_reduce : cost::Collective::ring_all_reduce;
-    case BenchOp::reduce_scatter: return cost::Collective::ring_reduce_scatter;
-    case BenchOp::all_gather: return cost::Collective::ring_all_gather;
-    case BenchOp::sendrecv: break;
+    case BenchOp::reduce_scatter:
+      return cost::Collective::ring_reduce_scatter;
+    case BenchOp::all_gather:
+      return cost::Collective::ring_all_gather;
+    case BenchOp::sendrecv:
+      break;
   }
   fail("--fit: sendrecv has no collective formula to fit; use --op allreduce, reduce_scatter or all_gather");
 }
@@ -355,14 +475,18 @@ void fit_links(const std::string& path, const std::vector<BenchResult>& results)
                 cost::describe(fit.link).c_str(),
                 fitted.gamma_fitted ? (fit.link.gamma_s_per_byte > 0 ? "" : ", γ = 0") : ", γ not determined",
                 fit.samples, 100 * fit.max_relative_residual);
-    fits.push_back({{"algo", algo}, {"alpha_s", fit.link.alpha_s}, {"bandwidth_Bps", fit.link.bandwidth_Bps},
-                    {"samples", fit.samples}, {"max_relative_residual", fit.max_relative_residual}});
+    fits.push_back({{"algo", algo},
+                    {"alpha_s", fit.link.alpha_s},
+                    {"bandwidth_Bps", fit.link.bandwidth_Bps},
+                    {"samples", fit.samples},
+                    {"max_relative_residual", fit.max_relative_residual}});
     if (fitted.gamma_fitted) fits.back()["gamma_s_per_byte"] = fit.link.gamma_s_per_byte;
   }
-  nlohmann::json link = {{"alpha_s", fits[0]["alpha_s"]}, {"bandwidth_Bps", fits[0]["bandwidth_Bps"]},
-                         {"note", fmt::format("dpbench --fit, {} on {} ranks", std::string(fits[0]["algo"]),
-                                              results.front().ranks)},
-                         {"fits", fits}};
+  nlohmann::json link = {
+      {"alpha_s", fits[0]["alpha_s"]},
+      {"bandwidth_Bps", fits[0]["bandwidth_Bps"]},
+      {"note", fmt::format("dpbench --fit, {} on {} ranks", std::string(fits[0]["algo"]), results.front().ranks)},
+      {"fits", fits}};
   if (fits[0].contains("gamma_s_per_byte")) link["gamma_s_per_byte"] = fits[0]["gamma_s_per_byte"];
   write_file_atomically(path, link.dump(2) + "\n");
   std::printf("# wrote %s\n", path.c_str());
@@ -371,16 +495,18 @@ void fit_links(const std::string& path, const std::vector<BenchResult>& results)
 void write_json(const std::string& path, const std::vector<BenchResult>& results) {
   nlohmann::json rows = nlohmann::json::array();
   for (const BenchResult& r : results) {
-    rows.push_back({{"op", name_of(r.op)},
-                    {"algo", r.algo},
-                    {"type", dtype_name(r.dtype)},
-                    {"size", r.size},
-                    {"count", r.count},
-                    {"time_us", r.time_us},
-                    {"algbw", r.algbw},
-                    {"busbw", r.busbw},
-                    {"wrong", r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr)},
-                    {"ranks", r.ranks}});
+    rows.push_back(
+        {{"op", name_of(r.op)},
+         {"algo", r.algo},
+         {"type", dtype_name(r.dtype)},
+         {"size", r.size},
+         {"count", r.count},
+         {"time_us", r.time_us},
+         {"algbw", r.algbw},
+         {"busbw", r.busbw},
+         {"wrong", r.wrong ? nlohmann::json(*r.wrong) : nlohmann::json(nullptr)},
+         {"nccl_estimate_us", r.nccl_estimate_us ? nlohmann::json(*r.nccl_estimate_us) : nlohmann::json(nullptr)},
+         {"ranks", r.ranks}});
   }
   std::ofstream out(path);
   if (!(out << rows.dump(2) << '\n')) fail("--json: cannot write '{}'", path);
@@ -388,24 +514,34 @@ void write_json(const std::string& path, const std::vector<BenchResult>& results
 
 // Every rank holds a message and a receive buffer of the largest size, and the collective's scratch may take as
 // much again: a sweep that cannot fit is refused before it starts, rather than by the allocator (or the kernel's
-// out-of-memory killer) in its middle. Collective: every rank returns the same answer.
-bool memory_fits(std::size_t max_bytes, int rank) {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  int local_ranks = 1;
-  MPI_Comm_size(node, &local_ranks);
-  MPI_Comm_free(&node);
-  const double per_rank = 3.0 * double(max_bytes), needed = per_rank * local_ranks;
-  const double available = available_memory_bytes();
+// out-of-memory killer) in its middle. On a GPU the ranks placed on it share its free memory, on the cpu the node's
+// ranks share the host's. Collective: every rank returns the same answer.
+bool memory_fits(std::size_t max_bytes, const Bench& bench, Placement placement, int rank) {
+  const int sharing = bench.device ? placement.ranks_per_gpu : placement.local_size;
+  const double per_rank = 3.0 * double(max_bytes), needed = per_rank * sharing;
+  const double available = bench.device ? double(bench.device->memory_free()) : available_memory_bytes();
   int fits = needed <= available ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &fits, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!fits && rank == 0)
     std::fprintf(stderr,
                  "dpbench: -e: messages of up to %s need about %s per rank (the message, a receive buffer and the "
-                 "collective's scratch) × %d rank(s) on this host = %s, but %s is available: lower -e (and -b)\n",
-                 format_binary_bytes(double(max_bytes)).c_str(), format_binary_bytes(per_rank).c_str(), local_ranks,
-                 format_binary_bytes(needed).c_str(), format_binary_bytes(available).c_str());
+                 "collective's scratch) × %d rank(s) on this %s = %s, but %s is available: lower -e (and -b)\n",
+                 format_binary_bytes(double(max_bytes)).c_str(), format_binary_bytes(per_rank).c_str(), sharing,
+                 bench.device ? "GPU" : "host", format_binary_bytes(needed).c_str(),
+                 format_binary_bytes(available).c_str());
   return fits == 1;
+}
+
+// Whether every rank can run on the device asked for; otherwise one line (rank 0's, or each failing rank's when
+// only some fail) and false on every rank.
+bool device_usable(const std::string& device, Placement placement, int rank) {
+  const std::string why = device_unavailable(device, placement);
+  int failed = why.empty() ? 0 : 1, failed_ranks = 0, size = 1;
+  MPI_Allreduce(&failed, &failed_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (failed && failed_ranks == size && rank == 0) std::fprintf(stderr, "dpbench: %s\n", why.c_str());
+  if (failed && failed_ranks < size) std::fprintf(stderr, "dpbench: rank %d: %s\n", rank, why.c_str());
+  return failed_ranks == 0;
 }
 
 int run(int argc, char** argv, int rank) {
@@ -429,17 +565,25 @@ int run(int argc, char** argv, int rank) {
     return kExitBadInput;
   }
 
-  if (!memory_fits(options->max_bytes, rank)) return kExitBadInput;
+  Placement placement;
+  try {
+    placement = local_placement();
+  } catch (const UserError& e) {  // the environment, the same on every rank
+    if (rank == 0) std::fprintf(stderr, "dpbench: %s\n", e.what());
+    return kExitBadInput;
+  }
+  if (!device_usable(options->device, placement, rank)) return kExitBadInput;
+  const std::unique_ptr<Bench> bench = make_bench(*options, placement);
+  if (!memory_fits(options->max_bytes, *bench, placement, rank)) return kExitBadInput;
 
-  MpiTransport transport(MPI_COMM_WORLD);
   std::vector<BenchResult> results;
   for (BenchOp op : options->ops) {
     Options sweep = *options;
     sweep.op = op;
-    if (rank == 0) print_header(sweep, transport.size());
+    if (rank == 0) print_header(sweep, *bench, bench->transport->size());
     for (std::size_t bytes = sweep.min_bytes; bytes <= sweep.max_bytes; bytes *= sweep.factor) {
       for (Algorithm algo : sweep.algorithms) {
-        results.push_back(measure(sweep, transport, algo, bytes));
+        results.push_back(measure(sweep, *bench, algo, bytes));
         if (rank == 0) print_row(results.back());
       }
       if (bytes > sweep.max_bytes / sweep.factor) break;  // the next size would overflow or pass -e

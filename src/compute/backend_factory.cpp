@@ -1,6 +1,8 @@
 // The backends of this build, by name, and whether one can run on this node.
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/core/error.hpp"
 
@@ -14,6 +16,18 @@ std::vector<std::string> backend_names() {
 #endif
 }
 
+Placement placement_from_environment(int local_rank, int local_size) {
+  Placement placement{.local_rank = local_rank, .local_size = local_size};
+  if (const char* value = std::getenv("DPTRAIN_RANKS_PER_GPU"); value != nullptr) {
+    char* end = nullptr;
+    const long ranks = std::strtol(value, &end, 10);
+    require(end != value && *end == '\0' && ranks >= 1 && ranks <= 1024,
+            "DPTRAIN_RANKS_PER_GPU: expected a whole number of at least 1, got '{}'", value);
+    placement.ranks_per_gpu = int(ranks);
+  }
+  return placement;
+}
+
 std::string backend_unavailable(std::string_view name, Placement placement) {
   if (name == "cpu") return "";
   if (name != "cuda") return fmt::format("--device: unknown device '{}' (expected auto, cpu or cuda)", name);
@@ -21,10 +35,11 @@ std::string backend_unavailable(std::string_view name, Placement placement) {
   std::string reason;
   const int gpus = visible_gpu_count(&reason);
   if (gpus == 0) return fmt::format("--device cuda: no usable GPU: {}", reason);
-  if (placement.local_size > gpus)
-    return fmt::format("--device cuda: {} ranks on this node but {} GPU(s) visible (one rank per GPU; start at most "
-                       "{} ranks per node or set CUDA_VISIBLE_DEVICES)",
-                       placement.local_size, gpus, gpus);
+  if (placement.local_size > gpus * placement.ranks_per_gpu)
+    return fmt::format(
+        "--device cuda: {} ranks on this node but {} GPU(s) visible ({} rank(s) per GPU; start at "
+        "most {} ranks per node or set CUDA_VISIBLE_DEVICES)",
+        placement.local_size, gpus, placement.ranks_per_gpu, gpus * placement.ranks_per_gpu);
   return "";
 #else
   return "--device cuda: this build has no CUDA backend (nvcc was not found, or -DDPTRAIN_CUDA=OFF); use --device "
@@ -43,7 +58,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement
   if (const std::string why = backend_unavailable(name, placement); !why.empty()) throw UserError(why);
   if (name == "cpu") return make_cpu_backend();
 #ifdef DPTRAIN_HAVE_CUDA
-  return make_cuda_backend(placement.local_rank);
+  return make_cuda_backend(placement.gpu());
 #else
   fail("unreachable: backend '{}'", name);
 #endif

@@ -1,9 +1,9 @@
 // The engine's state in device memory: buffers by ZeRO stage, initialisation, the full weights and the optimizer
 // state as host copies (checkpoints, hashes), and the memory each category holds.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/hash.hpp"
@@ -58,6 +58,12 @@ DataParallelEngine::DataParallelEngine(const ModelConfig& config, Backend& backe
   weight_staging_.resize(units);
   gradient_tickets_.assign(units, 0);
   weight_tickets_.assign(units, 0);
+  comm_stream_ = d.create_stream();
+  executor_.run([&d] { d.bind_thread(); });  // the comm executor's thread issues device work too
+  for (std::size_t u = 0; u < units; ++u) {
+    gradient_ready_.push_back(d.create_event());
+    weight_ready_.push_back(d.create_event());
+  }
   unit_view_.assign(units, nullptr);
   unit_uses_.assign(units, 0);
   // Forward needs the units from the embeddings up; backward the embeddings (head) first, then launch order.
@@ -68,6 +74,9 @@ DataParallelEngine::DataParallelEngine(const ModelConfig& config, Backend& backe
 
 DataParallelEngine::~DataParallelEngine() {
   executor_.wait_all();
+  for (const std::vector<Event>* events : {&gradient_ready_, &weight_ready_})
+    for (Event event : *events) device().destroy(event);
+  device().destroy(comm_stream_);
   if (whole_view_) backend_.release_weights(whole_view_);
   for (const void* view : unit_view_)
     if (view) backend_.release_weights(view);

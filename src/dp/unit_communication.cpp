@@ -1,11 +1,11 @@
 // The units' communication: each unit's gradient collective queued on the comm executor as soon as backward
 // completes it, the weight all-gathers of stages 1–3, and stage 3's weight access (a unit gathered when a pass
 // reaches it, the next one prefetched, released once the pass has moved on).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "dptrain/core/error.hpp"
 #include "dptrain/dp/engine.hpp"
@@ -18,14 +18,14 @@ void DataParallelEngine::collective(CollectiveOp op, std::size_t u, void* data, 
   const double start = timeline_.now();
   group_.collectives->run(op, data, unit.padded, dtype);
   if (timeline_.recording())
-    timeline_.add({TimelineEvent::Track::communication, fmt::format("{} {}", collective_op_name(op), unit.name), start,
-                   timeline_.now(), step_number_, int(u), unit.padded * element_size(dtype)});
+    timeline_.add({TimelineEvent::Track::communication, fmt::format("{} {}", collective_op_name(op), unit.name),
+                   start, timeline_.now(), step_number_, int(u), unit.padded * element_size(dtype)});
 }
 
 void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(settings_.comm_timeout_s));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(settings_.comm_timeout_s));
   if (executor_.wait_until(ticket, deadline)) return;
   // The executor runs its tasks in order: the one running now is the one every rank is stuck behind.
   group_.abort(fmt::format("{} did not complete in {:g} s", executor_.running(), settings_.comm_timeout_s));
@@ -74,16 +74,20 @@ void DataParallelEngine::launch_gradient(std::size_t u) {
                 wire, dtype, unit.range.size());
   device().zero(wire + unit.range.size() * wire_bytes(), (unit.padded - unit.range.size()) * wire_bytes());
   const CollectiveOp op = stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter;
-  gradient_tickets_[u] = executor_.submit([this, u, wire, stage, dtype, op] {
-    collective(op, u, wire, dtype);
-    if (stage >= 2) {
-      // Keep the own slice; the staging buffer goes back to the pool at once, for the next unit.
-      const Unit& unit = plan_.units()[u];
-      device().copy(gradient_slice(u), wire + std::size_t(group_.rank) * unit.slice * wire_bytes(),
-                    unit.slice * wire_bytes());
-      staging_.release(std::move(gradient_staging_[u]));
-    }
-  }, task_name(op, u));
+  device().record(gradient_ready_[u], device().compute_stream());
+  gradient_tickets_[u] = executor_.submit(
+      [this, u, wire, stage, dtype, op] {
+        device().wait(comm_stream_, gradient_ready_[u]);
+        collective(op, u, wire, dtype);
+        if (stage >= 2) {
+          // Keep the own slice; the staging buffer goes back to the pool at once, for the next unit.
+          const Unit& unit = plan_.units()[u];
+          device().copy(gradient_slice(u), wire + std::size_t(group_.rank) * unit.slice * wire_bytes(),
+                        unit.slice * wire_bytes());
+          staging_.release(std::move(gradient_staging_[u]));
+        }
+      },
+      task_name(op, u));
 }
 
 // Stages 1–3: rank r's slice of unit u all-gathered into a staging buffer of the whole padded unit.
@@ -94,8 +98,12 @@ void DataParallelEngine::launch_weight_gather(std::size_t u, const bf16* own, st
   bf16* slice = buffer + std::size_t(group_.rank) * unit.slice;
   device().copy(slice, own, own_count * sizeof(bf16));
   device().zero(slice + own_count, (unit.slice - own_count) * sizeof(bf16));
+  device().record(weight_ready_[u], device().compute_stream());
   weight_tickets_[u] = executor_.submit(
-      [this, u, buffer] { collective(CollectiveOp::all_gather, u, buffer, DType::bf16); },
+      [this, u, buffer] {
+        device().wait(comm_stream_, weight_ready_[u]);
+        collective(CollectiveOp::all_gather, u, buffer, DType::bf16);
+      },
       task_name(CollectiveOp::all_gather, u));
 }
 

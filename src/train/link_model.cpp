@@ -1,15 +1,14 @@
 // Link calibration, link files and the α–β time of recorded calls.
 #include "dptrain/train/link_model.hpp"
 
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <vector>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
@@ -25,8 +24,8 @@ LinkSource link_from_spec(const std::string& spec) {
       // γ is optional: dpbench writes it only from a sweep that can determine it (--op all).
       const cost::Link link{j.at("alpha_s").get<double>(), j.at("bandwidth_Bps").get<double>(),
                             j.value("gamma_s_per_byte", 0.0)};
-      require(link.alpha_s >= 0 && link.bandwidth_Bps > 0, "--link: '{}' holds α {} s and B {} B/s; need α ≥ 0, B > 0",
-              spec, link.alpha_s, link.bandwidth_Bps);
+      require(link.alpha_s >= 0 && link.bandwidth_Bps > 0,
+              "--link: '{}' holds α {} s and B {} B/s; need α ≥ 0, B > 0", spec, link.alpha_s, link.bandwidth_Bps);
       return {link, fmt::format("from {}: {}", spec, cost::describe(link))};
     } catch (const nlohmann::json::exception& e) {
       fail("--link: '{}' is not a link file ({{\"alpha_s\": .., \"bandwidth_Bps\": ..}}): {}", spec, e.what());
@@ -36,16 +35,17 @@ LinkSource link_from_spec(const std::string& spec) {
   return {link, fmt::format("{}: {}", spec, cost::describe(link))};
 }
 
-LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, double budget_seconds) {
+LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t max_bytes, double budget_seconds) {
   const int p = collectives.size();
   if (p == 1) return {cost::Link{0, 1e30}, "single rank: no link"};
   const Stopwatch total;
   std::vector<cost::TimingSample> samples;
   // Sizes up to at least 4 MiB whatever the model: below that, latency and noise dominate and the bandwidth
   // term cannot be fitted.
-  std::vector<char> buffer(std::max<std::size_t>(max_bytes, 4u << 20), 0);
-  for (std::size_t bytes = 1 << 12; bytes <= buffer.size(); bytes *= 4) {
-    const std::size_t count = bytes / 2;  // BF16 elements
+  Buffer buffer(memory, std::max<std::size_t>(max_bytes, 4u << 20));
+  memory.zero(buffer.data(), buffer.bytes());
+  for (std::size_t bytes = 1 << 12; bytes <= buffer.bytes(); bytes *= 4) {
+    const std::size_t count = bytes / 2;                        // BF16 elements
     collectives.all_reduce(buffer.data(), count, DType::bf16);  // warm-up
     double local = 0;
     const int iterations = 3;
@@ -75,7 +75,8 @@ LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, doubl
     const auto& large = samples.back();
     cost::Link link{0, factor * large.bytes / large.seconds};
     link.alpha_s = std::max(0.0, (small.seconds - factor * small.bytes / link.bandwidth_Bps) / (2.0 * (p - 1)));
-    return {link, fmt::format("calibrated (two-point; timings too noisy to fit): {} ({})", cost::describe(link), sweep)};
+    return {link,
+            fmt::format("calibrated (two-point; timings too noisy to fit): {} ({})", cost::describe(link), sweep)};
   }
 }
 
@@ -85,8 +86,12 @@ double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& lin
     case CollectiveOp::all_reduce:
       kind = call.algo == Algorithm::tree ? cost::Collective::tree_all_reduce : cost::Collective::ring_all_reduce;
       break;
-    case CollectiveOp::reduce_scatter: kind = cost::Collective::ring_reduce_scatter; break;
-    case CollectiveOp::all_gather: kind = cost::Collective::ring_all_gather; break;
+    case CollectiveOp::reduce_scatter:
+      kind = cost::Collective::ring_reduce_scatter;
+      break;
+    case CollectiveOp::all_gather:
+      kind = cost::Collective::ring_all_gather;
+      break;
   }
   return cost::collective_cost(kind, ranks, double(call.bytes), link).seconds;
 }

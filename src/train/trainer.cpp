@@ -2,14 +2,13 @@
 // and checkpoints (the per-step report is in step_report.cpp, the end-of-run summary in summary_writer.cpp).
 #include "dptrain/train/trainer.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <thread>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "dptrain/comm/collective_skew.hpp"
 #include "dptrain/core/available_memory.hpp"
@@ -31,16 +30,17 @@ namespace dptrain {
 
 Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
   validate(options_, world_.size());
-  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device,
-                          {.local_rank = world_.local_rank(), .local_size = world_.local_size()});
-  require(backend_->name() == "cpu" || world_.size() == 1,
-          "--device {}: {} ranks need a transport between GPUs (NCCL), which this build does not have yet; run one "
-          "rank per job on a GPU, or --device cpu",
-          backend_->name(), world_.size());
+  placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
+  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_);
+  require(world_.size() == 1 || multi_rank_unsupported(backend_->name()).empty(),
+          "--device {}: {} ranks: {}; run "
+          "one rank per job on a GPU, or --device cpu",
+          backend_->name(), world_.size(), multi_rank_unsupported(backend_->name()));
   // Before anything large is allocated: a run that cannot fit is refused with the estimate and what is available
-  // (the GPU's free memory, each rank having its own; else the host's, shared by the node's ranks).
+  // (the GPU's free memory, shared by the ranks placed on it; else the host's, shared by the node's ranks).
   const bool own_memory = backend_->device().memory_free() > 0;
-  require_memory_fits(estimate_run_memory(options_, world_.size()), options_, own_memory ? 1 : world_.local_size(),
+  require_memory_fits(estimate_run_memory(options_, world_.size()), options_,
+                      own_memory ? placement_.ranks_per_gpu : world_.local_size(),
                       own_memory ? double(backend_->device().memory_free()) : available_memory_bytes());
   threads_ = options_.threads > 0
                  ? options_.threads
@@ -57,15 +57,18 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   group.size = world_.size();
   group.sum_scalar = [this](double x) { return world_.sum_in_rank_order(x); };
   group.max_scalar = [this](double x) { return world_.max_over_ranks({x})[0]; };
-  group.abort = [this](const std::string& message) { world_.abort(message, 1); };
+  group.abort = [this](const std::string& message) {
+    if (transport_.transport) transport_.transport->abort();  // NCCL: ncclCommAbort before the job ends
+    world_.abort(message, 1);
+  };
   const EngineSettings settings{.grad_dtype = options_.grad_dtype,
                                 .zero_stage = options_.zero,
                                 .bucket_mb = options_.bucket_mb,
                                 .overlap = !options_.no_overlap,
                                 .grad_accum = options_.grad_accum,
                                 .comm_timeout_s = options_.comm_timeout};
-  engine_ = std::make_unique<DataParallelEngine>(options_.model, *backend_, std::move(group), settings,
-                                                 local_windows_);
+  engine_ =
+      std::make_unique<DataParallelEngine>(options_.model, *backend_, std::move(group), settings, local_windows_);
   if (!options_.resume.empty()) {
     first_step_ = load_checkpoint(options_.resume, *engine_, options_).step;
   } else {
@@ -95,23 +98,20 @@ void Trainer::connect() {
   // the training tokens (compared by content: hosts may mount the corpus at different paths) and the step the
   // checkpoint resumes from (the same path may hold another checkpoint on another host).
   std::vector<AgreedValue> values = values_every_rank_shares(options_);
-  const std::string tokens = fmt::format("{} tokens, fnv1a {:016x}", data_->train_tokens() + data_->val_tokens(),
-                                         data_->tokens_hash());
+  const std::string tokens =
+      fmt::format("{} tokens, fnv1a {:016x}", data_->train_tokens() + data_->val_tokens(), data_->tokens_hash());
   values.push_back({"--data", tokens, fmt::format("{} ({})", options_.data, tokens)});
   // --device auto may resolve differently on hosts with and without GPUs.
   values.push_back({"--device", backend_->name(), fmt::format("{} ({})", options_.device, backend_->name())});
   values.push_back({"--resume", std::to_string(first_step_),
                     fmt::format("{} at step {}", options_.resume.empty() ? "none" : options_.resume, first_step_)});
   require_same_on_every_rank(world_, values);
-  transport_ = std::make_unique<MpiTransport>();
-  // The collectives add with the backend's reduce-add and take their receive scratch from its device memory.
-  collectives_ = make_collectives(
-      parse_algorithm(options_.allreduce), *transport_,
-      [this](void* acc, const void* in, std::size_t n, DType dtype) { backend_->reduce_add(acc, in, n, dtype); },
-      backend_->device());
+  transport_ = connect_run_transport(*backend_, parse_algorithm(options_.allreduce), engine_->comm_stream(),
+                                     placement_.gpu(), options_.comm_timeout);
+  collectives_ = transport_.collectives.get();
   if (options_.link.empty()) {
     const std::size_t gradient_bytes = engine_->layout().total() * element_size(options_.grad_dtype);
-    link_ = calibrate_link(*collectives_, std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0);
+    link_ = calibrate_link(*collectives_, backend_->device(), std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0);
   }
   // MFU's peak: the flag, else a known GPU's datasheet figure, else a GEMM probe on every rank (on the cpu they
   // share the node's cores, as in training); the model uses the mean.
@@ -124,7 +124,7 @@ void Trainer::connect() {
                  : gpu                    ? fmt::format("{} datasheet, dense BF16", gpu->label)
                                           : fmt::format("{} GEMM probe", backend_->name());
   peak_flops_ = world_.sum_in_rank_order(peak) / world_.size();
-  engine_->set_collectives(collectives_.get());
+  engine_->set_collectives(collectives_);
 }
 
 void Trainer::say(const std::string& line) const {
@@ -156,8 +156,8 @@ std::string Trainer::save(int step) {
 }
 
 void Trainer::fill_local_windows(int step) {
-  const WindowRange mine = rank_windows(std::size_t(options_.batch), std::size_t(world_.size()),
-                                       std::size_t(world_.rank()));
+  const WindowRange mine =
+      rank_windows(std::size_t(options_.batch), std::size_t(world_.size()), std::size_t(world_.rank()));
   const std::size_t W = std::size_t(options_.model.seq + 1);
   for (std::size_t i = mine.begin; i < mine.end; ++i)
     data_->train_window(options_.seed, std::uint64_t(step), i, windows_.data() + (i - mine.begin) * W);
@@ -193,10 +193,11 @@ int Trainer::run() {
   const UnitPlan& plan = engine_->plan();
   say(fmt::format("dptrain | {} | data: {} ({} train, {} val tokens)", describe(m), data_->description(),
                   data_->train_tokens(), data_->val_tokens()));
-  say(fmt::format("dptrain | {} rank(s) × {} thread(s) | batch {} × {} = {} tokens/step in {} micro-step(s) | grad {} "
-                  "| all-reduce {}",
-                  world_.size(), threads_, options_.batch, m.seq, tokens_per_step, options_.grad_accum,
-                  dtype_name(options_.grad_dtype), options_.allreduce));
+  say(fmt::format(
+      "dptrain | {} rank(s) × {} thread(s) | batch {} × {} = {} tokens/step in {} micro-step(s) | grad {} "
+      "| all-reduce {} over {}",
+      world_.size(), threads_, options_.batch, m.seq, tokens_per_step, options_.grad_accum,
+      dtype_name(options_.grad_dtype), options_.allreduce, transport_.name));
   say(fmt::format("dptrain | ZeRO {} | {} units (bucket {} MiB) | overlap {}", options_.zero, plan.units().size(),
                   options_.bucket_mb, options_.no_overlap ? "off" : "on"));
   say(fmt::format("dptrain | device {} ({}) | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
@@ -239,10 +240,10 @@ int Trainer::run() {
         "the exchange of entry times and stop requests");
     const StepComm comm = account_step_comm(calls, result.unit_backward_s, !options_.no_overlap, world_.size(),
                                             link_.link, totals.collectives);
-    const std::string skipped =
-        result.finite ? std::string()
-                      : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite", step + 1,
-                                    result.loss, result.grad_norm);
+    const std::string skipped = result.finite
+                                    ? std::string()
+                                    : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite",
+                                                  step + 1, result.loss, result.grad_norm);
     skipped_in_a_row = result.finite ? 0 : skipped_in_a_row + 1;
     if (!result.finite && (!options_.skip_nonfinite || skipped_in_a_row >= options_.max_skipped)) {
       // The step took no update: its checkpoint holds the weights of the last finite step, so that the run can
@@ -257,7 +258,8 @@ int Trainer::run() {
     if (result.finite) totals.add_step(seconds, result, comm);
     const bool last = step + 1 == options_.steps;
     std::optional<double> val_loss;
-    if (last || (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0)) totals.last_val = *(val_loss = evaluate());
+    if (last || (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0))
+      totals.last_val = *(val_loss = evaluate());
     if (last || (options_.check_every > 0 && (step + 1) % options_.check_every == 0)) check_weights_agree(step + 1);
 
     if (result.finite) {
@@ -272,12 +274,11 @@ int Trainer::run() {
     if (!options_.save.empty() && (save_due || (stop_signal != 0 && !last))) save(step + 1);
     collectives_->log().take();  // evaluation, checks and checkpoints are not part of a step
     if (stop_signal != 0 && !last) {
-      complain(fmt::format("dptrain: stopped by {} after step {} of {}; {}", stop_signal_name(stop_signal), step + 1,
-                           options_.steps,
-                           options_.save.empty()
-                               ? std::string("nothing saved (no --save)")
-                               : fmt::format("checkpoint saved in '{}' (continue with --resume {})", options_.save,
-                                             options_.save)));
+      complain(fmt::format(
+          "dptrain: stopped by {} after step {} of {}; {}", stop_signal_name(stop_signal), step + 1, options_.steps,
+          options_.save.empty()
+              ? std::string("nothing saved (no --save)")
+              : fmt::format("checkpoint saved in '{}' (continue with --resume {})", options_.save, options_.save)));
       return 128 + stop_signal;
     }
   }

@@ -39,6 +39,17 @@ check_bad_input "-f: step factor must be an integer of at least 2, got 1" -f 1
 check_bad_input "--algo: unknown algorithm 'star' (expected ring, tree or native)" --algo star
 check_bad_input "-d: unknown dtype 'fp16' (expected bf16 or fp32)" -d fp16
 check_bad_input "-b: bad size '3X'" -b 3X
+check_bad_input "--device: unknown device 'gpu' (expected cpu or cuda)" --device gpu
+DPTRAIN_RANKS_PER_GPU=0 check_bad_input "DPTRAIN_RANKS_PER_GPU: expected a whole number of at least 1, got '0'" \
+  --device cuda
+# GPUs: without one (CI), one line naming what is missing (no CUDA in the build, no driver, no GPU); with one, the
+# ring, tree and native over NCCL must agree with the exact sums.
+if nvidia-smi -L > /dev/null 2>&1; then
+  "$mpiexec" -n 2 --oversubscribe "$dpbench" --device cuda -b 1K -e 4M -f 16 -c 1 --json "$out/cuda.json" > /dev/null
+  jq -e 'all(.[]; .wrong == 0)' "$out/cuda.json" > /dev/null || { echo "FAIL --device cuda"; exit 1; }
+else
+  check_bad_input "--device cuda: " --device cuda
+fi
 # Messages larger than the memory the host has: refused with the estimate before anything is allocated.
 check_bad_input "-e: messages of up to 1.00 TiB need about" -b 1024G -e 1024G
 grep -qF "is available: lower -e (and -b)" "$out/bad.err" || { echo "FAIL -e 1024G:"; cat "$out/bad.err"; exit 1; }

@@ -1,11 +1,13 @@
 // --device: auto, cpu or cuda. A device that cannot run here (a build without CUDA, no driver, no GPU, more ranks
 // on the node than GPUs) ends the job at start-up with one line naming what was found, exit 2, on every rank.
 // Where a GPU is usable (the GPU check) the same tests ask for more ranks than the node has GPUs instead.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <fmt/format.h>
+#include <cstdlib>
 
 #include "dptrain/compute/backend.hpp"
+#include "dptrain/core/error.hpp"
 #include "test_support.hpp"
 
 namespace dptrain {
@@ -58,6 +60,24 @@ TEST_F(DeviceOption, CpuRunsEverywhere) {
   const auto r = run_command(testing::mpiexec(2, 60) + " " + dptrain("--device cpu"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("dptrain | device cpu ("), std::string::npos) << r.output;
+}
+
+// DPTRAIN_RANKS_PER_GPU places consecutive local ranks on one GPU (tests of several ranks on a one-GPU machine).
+TEST(Placement, RanksPerGpuFromTheEnvironment) {
+  unsetenv("DPTRAIN_RANKS_PER_GPU");
+  EXPECT_EQ(placement_from_environment(3, 4).ranks_per_gpu, 1);
+  EXPECT_EQ(placement_from_environment(3, 4).gpu(), 3);
+  setenv("DPTRAIN_RANKS_PER_GPU", "2", 1);
+  const Placement shared = placement_from_environment(3, 4);
+  EXPECT_EQ(shared.local_rank, 3);
+  EXPECT_EQ(shared.local_size, 4);
+  EXPECT_EQ(shared.gpu(), 1);
+  EXPECT_EQ(placement_from_environment(0, 4).gpu(), 0);
+  for (const char* bad : {"0", "-1", "two", "2x", ""}) {
+    setenv("DPTRAIN_RANKS_PER_GPU", bad, 1);
+    EXPECT_THROW(placement_from_environment(0, 1), UserError) << "'" << bad << "'";
+  }
+  unsetenv("DPTRAIN_RANKS_PER_GPU");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // of micro-steps change when and in what pieces gradients travel, never the weights; the Chrome trace has every
 // rank and both tracks, and each unit's collective starts after that unit's backward and (but for the last unit)
 // before backward ends; bad --grad-accum and --zero end with one line and exit 2 on every rank.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,16 +11,14 @@
 #include <map>
 #include <set>
 
-#include <fmt/format.h>
-
 #include "test_support.hpp"
 
 namespace dptrain {
 namespace {
 
-using testing::run_command;
 using testing::file_bytes;
 using testing::max_relative_difference;
+using testing::run_command;
 
 using RunResult = testing::LoggedRun;
 
@@ -138,9 +137,14 @@ TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
   std::map<int, std::set<int>> named_threads, used_threads;
   std::map<std::string, int> comm_by_op;
   std::map<int, std::vector<std::pair<double, double>>> compute_phases;  // per rank: (ts, dur) in µs, not waits
-  const std::set<std::string> compute_names = {"forward", "backward head + final norm", "backward block 1",
-                                               "backward block 0", "backward embeddings", "optimizer",
-                                               "wait: gradient", "wait: weights"};
+  const std::set<std::string> compute_names = {"forward",
+                                               "backward head + final norm",
+                                               "backward block 1",
+                                               "backward block 0",
+                                               "backward embeddings",
+                                               "optimizer",
+                                               "wait: gradient",
+                                               "wait: weights"};
   for (const auto& e : json["traceEvents"]) {
     const int pid = e.at("pid").get<int>();
     if (e.at("ph") == "M") {
@@ -180,7 +184,9 @@ TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
     std::sort(phases.begin(), phases.end());
     for (std::size_t i = 0; i < phases.size(); ++i) {
       EXPECT_GE(phases[i].second, 0.0) << "rank " << pid << " phase " << i;
-      if (i > 0) EXPECT_GE(phases[i].first, phases[i - 1].first + phases[i - 1].second - 1.0) << "rank " << pid;
+      if (i > 0) {
+        EXPECT_GE(phases[i].first, phases[i - 1].first + phases[i - 1].second - 1.0) << "rank " << pid;
+      }
     }
   }
   for (int pid = 0; pid < 3; ++pid) {
@@ -234,14 +240,15 @@ StepSpans read_spans(const std::string& trace) {
 // 4 of 15 runs. The last unit, the embeddings, can only start after backward.
 TEST_F(Overlap, EachCollectiveStartsAfterItsUnitsBackwardAndWhileBackwardRuns) {
   const std::string trace = dir_ / "trace2.json";
-  const RunResult r = run(2, 3,
-                          fmt::format("{} --layers 4 --width 256 --heads 4 --seq 128 --batch 8 --bucket-mb 0 --trace {}",
-                                      kExact, trace));
+  const RunResult r = run(
+      2, 3,
+      fmt::format("{} --layers 4 --width 256 --heads 4 --seq 128 --batch 8 --bucket-mb 0 --trace {}", kExact, trace));
   ASSERT_EQ(r.exit_code, 0);
   StepSpans spans = read_spans(trace);
   ASSERT_EQ(spans.collective.size(), 2u * 3u);  // 2 ranks × 3 steps
   std::map<int, double> step_backward_end;      // the last rank's
-  for (const auto& [key, end] : spans.backward_end) step_backward_end[key.second] = std::max(step_backward_end[key.second], end);
+  for (const auto& [key, end] : spans.backward_end)
+    step_backward_end[key.second] = std::max(step_backward_end[key.second], end);
   for (const auto& [key, units] : spans.collective) {
     const auto [rank, step] = key;
     ASSERT_EQ(units.size(), 6u);  // final norm, blocks 3, 2, 1, 0, embeddings
@@ -295,8 +302,8 @@ TEST_F(Overlap, BadGradAccumAndZeroStageEndWithOneLineOnEveryRank) {
     EXPECT_EQ(job.output, message + "\n");
     // Every rank's process ends by itself with code 2: each rank runs under a shell that reports dptrain's exit
     // code and then exits 0, so mpiexec has no reason to kill anyone.
-    const auto ranks = run_command(testing::mpiexec(3) + " -q sh -c '" + dptrain(flags) +
-                                   "; echo \"rank exited $?\"'");
+    const auto ranks =
+        run_command(testing::mpiexec(3) + " -q sh -c '" + dptrain(flags) + "; echo \"rank exited $?\"'");
     EXPECT_EQ(ranks.exit_code, 0) << ranks.output;
     std::size_t exited = 0;
     for (std::size_t at = 0; (at = ranks.output.find("rank exited 2\n", at)) != std::string::npos; ++at) ++exited;

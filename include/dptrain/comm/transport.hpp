@@ -56,6 +56,10 @@ class Transport {
   virtual bool has_native() const { return false; }
   virtual void native(CollectiveOp op, void* data, std::size_t count, DType dtype);
 
+  // Called by a watchdog that is about to end the job (MPI_Abort): ends what the transport has in flight, from any
+  // thread, so no device work outlives the job (NCCL: ncclCommAbort). The transport is unusable afterwards.
+  virtual void abort() noexcept {}
+
   // Every byte this rank has handed to isend since construction or the last reset (counted when posted).
   std::uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
   void reset_bytes_sent() { bytes_sent_.store(0, std::memory_order_relaxed); }

@@ -27,13 +27,13 @@ namespace dptrain {
 
 struct AdamWParams {
   float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
-  int step = 1;              // 1-based, for bias correction
-  float grad_scale = 1.0f;   // multiplies every gradient first (clipping)
+  int step = 1;             // 1-based, for bias correction
+  float grad_scale = 1.0f;  // multiplies every gradient first (clipping)
 };
 
 // What a backend promises about the bits it computes; tests check the bitwise claims only where promised.
 struct BackendGuarantees {
-  bool repeatable = false;          // the same inputs give the same bits, run after run
+  bool repeatable = false;             // the same inputs give the same bits, run after run
   bool micro_batch_invariant = false;  // a window's gradient terms do not depend on the other windows of a batch
 };
 
@@ -74,16 +74,15 @@ class Backend {
   virtual void embedding_forward(void* out, const std::int32_t* tokens, const void* wte, const void* wpe,
                                  std::size_t N, std::size_t T, std::size_t C) = 0;
   // dwte[V,C] += scatter of dout by token; dwpe[T,C] += dout summed over windows.
-  virtual void embedding_backward(void* dwte, void* dwpe, const void* dout, const std::int32_t* tokens,
-                                  std::size_t N, std::size_t T, std::size_t C) = 0;
+  virtual void embedding_backward(void* dwte, void* dwpe, const void* dout, const std::int32_t* tokens, std::size_t N,
+                                  std::size_t T, std::size_t C) = 0;
 
   // out[N,C] = (in − mean)·rstd·w + b; mean, rstd [N] saved for backward. eps 1e-5.
-  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* w,
-                                 const void* b, std::size_t N, std::size_t C) = 0;
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* in, const void* w, const void* b,
+                                 std::size_t N, std::size_t C) = 0;
   // din[N,C] += ∂/∂in; dw[C], db[C] += their gradients.
-  virtual void layernorm_backward(void* din, void* dw, void* db, const void* dout, const void* in,
-                                  const void* w, const float* mean, const float* rstd, std::size_t N,
-                                  std::size_t C) = 0;
+  virtual void layernorm_backward(void* din, void* dw, void* db, const void* dout, const void* in, const void* w,
+                                  const float* mean, const float* rstd, std::size_t N, std::size_t C) = 0;
 
   // out[N,OC] = in[N,C] · w[OC,C]ᵀ + bias[OC] (bias may be null).
   virtual void matmul_forward(void* out, const void* in, const void* w, const void* bias, std::size_t N,
@@ -94,14 +93,14 @@ class Backend {
   // dw and dbias in window order: a window's rows get the same bits whatever else is in the batch (a GEMM library
   // may pick another kernel for another row count), so a batch split into micro-batches gets bitwise the same
   // gradient as the batch in one piece (where guarantees().micro_batch_invariant).
-  virtual void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in,
-                               const void* w, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) = 0;
+  virtual void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
+                               std::size_t N, std::size_t T, std::size_t C, std::size_t OC) = 0;
   // Causal multi-head attention. qkv[B,T,3C] (q | k | v, heads of C/NH contiguous in each), probs[B,NH,T,T],
   // out[B,T,C]. Backward: dqkv += ∂/∂qkv.
-  virtual void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T,
-                                 std::size_t C, std::size_t NH) = 0;
-  virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs,
-                                  std::size_t B, std::size_t T, std::size_t C, std::size_t NH) = 0;
+  virtual void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
+                                 std::size_t NH) = 0;
+  virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs, std::size_t B,
+                                  std::size_t T, std::size_t C, std::size_t NH) = 0;
 
   // Tanh-approximate GELU, elementwise over n. Backward: din += dout·gelu'(in).
   virtual void gelu_forward(void* out, const void* in, std::size_t n) = 0;
@@ -112,8 +111,8 @@ class Backend {
 
   // logits[N,V] become softmax probabilities in place; losses[N] = −log p[target]; *loss_sum += Σ losses (in
   // row order, in double).
-  virtual void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets,
-                                             std::size_t N, std::size_t V, double* loss_sum) = 0;
+  virtual void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
+                                             std::size_t V, double* loss_sum) = 0;
   // probs[N,V] become dlogits in place: (p − onehot(target))·dloss. losses[N] are the forward's: a backend that
   // stores probabilities in BF16 recomputes the target's p = exp(−loss) from them in fp32 (a rounded p near 1
   // would lose the gradient 1 − p).
@@ -130,16 +129,22 @@ class Backend {
   virtual void sum_of_squares(const void* grad, std::size_t n, DType dtype, double* acc) = 0;
   // One AdamW step on n parameters of one tensor (or a slice of it): master/m/v fp32, grad in dtype, then
   // weights (BF16) = round(master). Decoupled weight decay p.weight_decay (0 for biases and norms).
-  virtual void adamw(float* master, float* m, float* v, bf16* weights, const void* grad, DType dtype,
-                     std::size_t n, const AdamWParams& p) = 0;
+  virtual void adamw(float* master, float* m, float* v, bf16* weights, const void* grad, DType dtype, std::size_t n,
+                     const AdamWParams& p) = 0;
 };
 
 // Where a rank's backend runs: its rank among the ranks of its node and how many share the node. A GPU backend
-// takes GPU local_rank and refuses a node with more ranks than GPUs.
+// takes GPU gpu() = local_rank / ranks_per_gpu and refuses a node with more ranks than GPUs × ranks_per_gpu.
+// ranks_per_gpu is 1 but for tests of several ranks on one GPU (placement_from_environment()).
 struct Placement {
   int local_rank = 0;
   int local_size = 1;
+  int ranks_per_gpu = 1;
+  int gpu() const { return local_rank / ranks_per_gpu; }
 };
+
+// A placement with ranks_per_gpu from DPTRAIN_RANKS_PER_GPU (unset: 1; UserError unless a whole number ≥ 1).
+Placement placement_from_environment(int local_rank, int local_size);
 
 // The backends this build has ("cpu", and "cuda" where built with it).
 std::vector<std::string> backend_names();
@@ -153,6 +158,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement
 std::unique_ptr<Backend> make_cpu_backend();
 #ifdef DPTRAIN_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(int gpu);  // src/compute/cuda/
+std::unique_ptr<Device> make_cuda_device(int gpu);    // the GPU alone (memory, streams, events), made current
 int visible_gpu_count(std::string* reason = nullptr);
 #endif
 

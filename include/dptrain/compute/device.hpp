@@ -23,6 +23,10 @@ class Device : public Memory {
  public:
   virtual std::string name() const = 0;
 
+  // Makes this the device of the calling thread (a GPU's runtime keeps one current device per thread); a thread
+  // other than the one that made the device calls it before issuing work. Nothing to do on the cpu.
+  virtual void bind_thread() {}
+
   virtual Stream compute_stream() = 0;  // where the Backend's operations run
   virtual Stream create_stream() = 0;   // e.g. for communication
   virtual void destroy(Stream stream) noexcept = 0;

@@ -49,7 +49,9 @@ struct RankGroup {
   std::function<double(double)> max_scalar = [](double x) { return x; };
   // Ends the whole job with `message` (the trainer: "rank R: message" and MPI_Abort); must not return. Called by
   // the comm watchdog when a collective does not complete in time, since the other ranks may wait for ever.
-  std::function<void(const std::string&)> abort = [](const std::string& message) { throw std::runtime_error(message); };
+  std::function<void(const std::string&)> abort = [](const std::string& message) {
+    throw std::runtime_error(message);
+  };
 };
 
 struct EngineSettings {
@@ -85,10 +87,10 @@ struct OptimizerSettings {
 // counts.
 struct MemoryUse {
   std::size_t weights = 0, gradients = 0, optimizer = 0;
-  std::size_t communication = 0;  // staging buffers of the collectives
-  std::size_t activations = 0;    // the activation arena (activations and backward scratch of one micro-batch)
-                                  // and the backend's operation scratch
-  std::size_t working_copies = 0; // the gradient accumulator and the backend's compute views of the weights
+  std::size_t communication = 0;   // staging buffers of the collectives
+  std::size_t activations = 0;     // the activation arena (activations and backward scratch of one micro-batch)
+                                   // and the backend's operation scratch
+  std::size_t working_copies = 0;  // the gradient accumulator and the backend's compute views of the weights
 };
 
 // Where this rank's optimizer state of one unit lives: the flat elements it updates and their first index in
@@ -124,6 +126,9 @@ class DataParallelEngine {
 
   // The collectives, once the ranks are connected (before the first step).
   void set_collectives(Collectives* collectives) { group_.collectives = collectives; }
+  // The device stream the collectives are issued on (a device transport enqueues its work there): each unit's
+  // collective first makes it wait for the compute work, issued before the launch, that wrote the unit's data.
+  Stream comm_stream() const { return comm_stream_; }
 
   const ParameterLayout& layout() const { return layout_; }
   const UnitPlan& plan() const { return plan_; }
@@ -174,7 +179,7 @@ class DataParallelEngine {
   // padding).
   void launch_weight_gather(std::size_t unit, const bf16* own, std::size_t own_count);
   void launch_weight_gather_from_shard(std::size_t unit);  // stage 3
-  const bf16* gathered(std::size_t unit);                 // waits; the padded unit [padded]
+  const bf16* gathered(std::size_t unit);                  // waits; the padded unit [padded]
   void release_gathered(std::size_t unit);
   void take_gathered_weights(std::size_t unit);  // stages 1, 2: the gathered unit into the weights, released
   void gather_all_units(const std::function<void(std::size_t, const bf16*)>& use);  // stage 3
@@ -200,15 +205,18 @@ class DataParallelEngine {
   int optimizer_step_ = 0;
 
   // Device memory.
-  Buffer weights_;                   // BF16 [N], stage 3: own slices [shard]
-  Buffer master_, adam_m_, adam_v_;  // fp32 [N], stages 1–3: own slices [shard]
-  Buffer gradient_;                  // wire dtype: [padded] (stages 0, 1) or own slices [shard]
-  Buffer gradient_accumulator_;      // backend gradient dtype [N]
-  Buffer accumulators_;              // double [2]: the step's loss sum and this rank's Σ g²
+  Buffer weights_;                                // BF16 [N], stage 3: own slices [shard]
+  Buffer master_, adam_m_, adam_v_;               // fp32 [N], stages 1–3: own slices [shard]
+  Buffer gradient_;                               // wire dtype: [padded] (stages 0, 1) or own slices [shard]
+  Buffer gradient_accumulator_;                   // backend gradient dtype [N]
+  Buffer accumulators_;                           // double [2]: the step's loss sum and this rank's Σ g²
   std::vector<OptimizerPiece> optimizer_pieces_;  // per unit, launch order
-  const void* whole_view_ = nullptr;  // stages 0–2: the backend's view of weights_
+  const void* whole_view_ = nullptr;              // stages 0–2: the backend's view of weights_
 
   CommExecutor executor_;
+  Stream comm_stream_;
+  // Per unit: recorded on the compute stream when its gradient or weights are ready for their collective.
+  std::vector<Event> gradient_ready_, weight_ready_;
   BufferPool staging_;
   Timeline timeline_;
   // Per unit, launch order: staging buffers in flight and the tickets of their collectives.
@@ -219,9 +227,9 @@ class DataParallelEngine {
   std::vector<const void*> unit_view_;
   std::vector<int> unit_uses_;
   std::vector<std::size_t> forward_order_, backward_order_;  // stage 3: units in the order each pass needs them
-  double unit_clock_ = 0;                    // when the previous range's gradient completed
-  double waited_s_ = 0;                      // exposed communication of the current step
-  int step_number_ = 0;                      // the step being taken, 1-based (for the timeline)
+  double unit_clock_ = 0;                                    // when the previous range's gradient completed
+  double waited_s_ = 0;                                      // exposed communication of the current step
+  int step_number_ = 0;                                      // the step being taken, 1-based (for the timeline)
 };
 
 }  // namespace dptrain

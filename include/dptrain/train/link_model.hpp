@@ -19,11 +19,11 @@ struct LinkSource {
 LinkSource link_from_spec(const std::string& spec);
 
 // Collective over all ranks: times all-reduces of a doubling sweep of sizes (up to max_bytes) with the run's
-// collectives for at most `budget_seconds`, then fits α and β by least squares. Every rank gets the same link.
-LinkSource calibrate_link(Collectives& collectives, std::size_t max_bytes, double budget_seconds);
+// collectives, on a buffer in `memory` (the one the collectives work on), for at most `budget_seconds`, then fits α
+// and β by least squares. Every rank gets the same link.
+LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t max_bytes, double budget_seconds);
 
 // The α–β time of one recorded call on p ranks.
 double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& link);
-
 
 }  // namespace dptrain

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "dptrain/comm/collectives.hpp"
-#include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/dp/engine.hpp"
 #include "dptrain/train/data.hpp"
@@ -13,6 +12,7 @@
 #include "dptrain/train/metrics_log.hpp"
 #include "dptrain/train/mpi_world.hpp"
 #include "dptrain/train/options.hpp"
+#include "dptrain/train/run_transport.hpp"
 #include "dptrain/train/summary_writer.hpp"
 
 namespace dptrain {
@@ -35,8 +35,8 @@ class Trainer {
   // Runs the remaining steps. Returns the exit code: 0; kExitNonFinite when a step was not finite and
   // --skip-nonfinite was not given, or --max-skipped steps in a row were skipped (a checkpoint of that step is
   // saved first with --save); 128 + the signal after SIGTERM or SIGINT (stop_signal.hpp: the step finishes, every
-  // rank stops after the same step and a checkpoint is saved with --save). A skipped step still counts as a loop step: it advances the schedule and
-  // the data, and evaluations, checks and checkpoints due after it happen.
+  // rank stops after the same step and a checkpoint is saved with --save). A skipped step still counts as a loop
+  // step: it advances the schedule and the data, and evaluations, checks and checkpoints due after it happen.
   int run();
 
  private:
@@ -45,7 +45,7 @@ class Trainer {
   void fill_local_windows(int step);
   void say(const std::string& line) const;       // rank 0 prints
   void complain(const std::string& line) const;  // rank 0 prints to stderr: why the run stops early
-  std::string save(int step);                     // collective: a checkpoint of loop step `step`; its folder
+  std::string save(int step);                    // collective: a checkpoint of loop step `step`; its folder
   void summarise(const RunShape& run, const RunTotals& totals);  // collective (memory maximum over ranks)
   void gather_trace();                                           // collective when --trace
 
@@ -53,15 +53,16 @@ class Trainer {
   const MpiWorld& world_;
   bool saved_once_ = false;  // a checkpoint of this run is in place (--overwrite clears the old ones after it)
   std::unique_ptr<Dataset> data_;
+  Placement placement_;  // the rank's node and GPU
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<MpiTransport> transport_;
-  std::unique_ptr<Collectives> collectives_;
+  RunTransport transport_;
+  Collectives* collectives_ = nullptr;  // transport_'s
   std::unique_ptr<DataParallelEngine> engine_;
   MetricsLog log_;
   LinkSource link_;
   double peak_flops_ = 0;  // per rank
   std::string peak_source_;
-  int first_step_ = 0;     // loop steps done before this run: the resumed checkpoint's step, or 0
+  int first_step_ = 0;  // loop steps done before this run: the resumed checkpoint's step, or 0
   int threads_ = 1;
   std::size_t local_windows_ = 0;
   std::vector<std::int32_t> windows_;  // [local_windows, Q+1]

@@ -14,4 +14,6 @@ std::unique_ptr<Backend> make_cuda_backend(int gpu) {
   return make_bf16_backend("cuda", std::move(device), std::move(kernels), std::move(gemm));
 }
 
+std::unique_ptr<Device> make_cuda_device(int gpu) { return std::make_unique<cuda::CudaDevice>(gpu); }
+
 }  // namespace dptrain

@@ -1,22 +1,16 @@
-// Checked CUDA and cuBLASLt calls: a failing call throws with the call's text, the library's message, and where.
-// A failure inside the step is an internal error (the job ends on every rank); running out of device memory is
-// std::bad_alloc, which the programs report with the memory estimate like a host allocation that fails.
+// Checked CUDA runtime (core/cuda_check.hpp) and cuBLASLt calls: a failing call throws with the call's text, the
+// library's message, and where; an allocation failure is std::bad_alloc.
 #pragma once
 #include <cublasLt.h>
-#include <cuda_runtime_api.h>
+
+#include "dptrain/core/cuda_check.hpp"
 
 namespace dptrain::cuda {
 
-[[noreturn]] void throw_cuda_error(cudaError_t error, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 
-inline void check(cudaError_t error, const char* call, const char* file, int line) {
-  if (error != cudaSuccess) throw_cuda_error(error, call, file, line);
-}
 inline void check(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS) throw_cublas_error(status, call, file, line);
 }
 
 }  // namespace dptrain::cuda
-
-#define DP_CUDA(call) ::dptrain::cuda::check((call), #call, __FILE__, __LINE__)

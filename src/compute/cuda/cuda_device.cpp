@@ -28,6 +28,8 @@ CudaDevice::~CudaDevice() {
   cudaStreamDestroy(compute_);
 }
 
+void CudaDevice::bind_thread() { DP_CUDA(cudaSetDevice(ordinal_)); }
+
 std::size_t CudaDevice::memory_in_use() const {
   std::size_t free = 0, total = 0;
   DP_CUDA(cudaMemGetInfo(&free, &total));
@@ -90,7 +92,9 @@ void CudaDevice::destroy(Event event) noexcept {
 }
 
 void CudaDevice::record(Event event, Stream stream) { DP_CUDA(cudaEventRecord(event_of(event), stream_of(stream))); }
-void CudaDevice::wait(Stream stream, Event event) { DP_CUDA(cudaStreamWaitEvent(stream_of(stream), event_of(event), 0)); }
+void CudaDevice::wait(Stream stream, Event event) {
+  DP_CUDA(cudaStreamWaitEvent(stream_of(stream), event_of(event), 0));
+}
 void CudaDevice::synchronize(Event event) { DP_CUDA(cudaEventSynchronize(event_of(event))); }
 void CudaDevice::synchronize() { DP_CUDA(cudaDeviceSynchronize()); }
 

@@ -32,6 +32,7 @@ class CudaDevice final : public Device {
   void download(void* host_dst, const void* src, std::size_t bytes) override;
   bool host_accessible() const override { return false; }
 
+  void bind_thread() override;
   Stream compute_stream() override { return {compute_}; }
   Stream create_stream() override;
   void destroy(Stream stream) noexcept override;
@@ -48,6 +49,5 @@ class CudaDevice final : public Device {
   std::string name_;
   cudaStream_t compute_ = nullptr;
 };
-
 
 }  // namespace dptrain::cuda

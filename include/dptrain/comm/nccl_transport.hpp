@@ -1,0 +1,108 @@
+// NcclTransport: Transport over NCCL between GPUs, one rank per GPU (in builds with NCCL: DPTRAIN_HAVE_NCCL).
+//
+//   - Bootstrap over MPI: rank 0's ncclUniqueId broadcast on the communicator given, ncclCommInitRankConfig with a
+//     non-blocking config (so that a stuck collective can be ended with ncclCommAbort). The caller has made the
+//     rank's GPU current (cudaSetDevice by local rank) first; every thread that calls the transport makes it
+//     current again.
+//   - Schedules (ring, tree) run on the GroupedExecutor: each step one ncclGroupStart/End of ncclSend/ncclRecv on
+//     the transport's stream, the reduce-add kernel (fp32 add, one rounding to BF16) on a second stream, events
+//     between them; the host only enqueues until the collective's end.
+//   - native: ncclAllReduce, ncclReduceScatter, ncclAllGather in place, on ncclBfloat16 or ncclFloat32.
+//   - isend/irecv are queued and issued together, as one group, at the first wait.
+// Every operation runs on `stream` after the work issued there before it, and returns when its data is final (the
+// Transport contract): the host waits for the stream then, polling NCCL's asynchronous error, and ends the
+// communicator (ncclCommAbort) and throws when NCCL reports an error or the operation has not finished within
+// timeout_s. Pointers are device pointers of the current GPU.
+#pragma once
+#include <mpi.h>
+
+#include <atomic>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dptrain/comm/grouped_executor.hpp"
+#include "dptrain/comm/transport.hpp"
+
+struct ncclComm;
+struct CUstream_st;
+struct CUevent_st;
+
+namespace dptrain {
+
+class NcclTransport final : public Transport, private StepStreams {
+ public:
+  // Collective over `comm`: every rank of it constructs one, with its own GPU `device` and `stream`.
+  NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, double timeout_s);
+  ~NcclTransport() override;
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Request isend(int peer, const void* data, std::size_t bytes) override;
+  Request irecv(int peer, void* data, std::size_t bytes) override;
+  void wait(Request& request) override;
+  void wait_all(std::span<Request> requests) override;
+
+  // `reduce_add` must be this transport's reduce_add() (it enqueues on the reduce stream); scratch in device memory.
+  void execute(const Schedule& schedule, void* data, DType dtype, const ReduceAdd& reduce_add, Scratch& scratch,
+               std::size_t piece_bytes) override;
+
+  bool has_native() const override { return true; }
+  void native(CollectiveOp op, void* data, std::size_t count, DType dtype) override;
+
+  // accumulate += incoming on the device, enqueued on the reduce stream (BF16: fp32 add, one rounding).
+  ReduceAdd reduce_add();
+
+  void abort() noexcept override;
+
+  // NCCL's own estimate of native `op` on `count` elements at `data` (ncclGroupSimulateEnd), in seconds; nothing
+  // is sent.
+  double simulated_seconds(CollectiveOp op, std::size_t count, DType dtype, void* data);
+
+  // The NCCL library's version, e.g. "2.28.9"; the transport NCCL chose for this rank's peers is in its
+  // NCCL_DEBUG=INFO output.
+  static std::string version();
+
+ private:
+  // StepStreams, for the GroupedExecutor.
+  void transfers_wait_for_reduces(std::size_t step) override;
+  void transfer(std::span<const Message> sends, std::span<const Message> receives) override;
+  void reduces_wait_for_transfers() override;
+  void record_reduces(std::size_t step) override;
+  void finish() override;
+
+  void issue_native(CollectiveOp op, void* data, std::size_t count, DType dtype);
+  // Checks an NCCL call's result; in non-blocking mode a call may still be in progress: waits for it to settle.
+  void settle(int result, const char* call);
+  // Issues the queued isend/irecv as one group.
+  void flush_queued();
+  // The host waits for everything issued on the stream (see the class comment for errors and the deadline).
+  void complete(std::string_view what);
+  [[noreturn]] void abort_and_throw(const std::string& message);
+  void throw_if_aborted(std::string_view what) const;
+  void make_current() const;
+
+  struct Queued {
+    bool send;
+    int peer;
+    void* data;
+    std::size_t bytes;
+  };
+
+  ncclComm* comm_ = nullptr;
+  std::atomic<bool> aborted_{false};
+  int device_ = 0, rank_ = 0, size_ = 1;
+  double timeout_s_;
+  CUstream_st* stream_;                       // transfers and native collectives (the caller's comm stream)
+  CUstream_st* reduce_stream_ = nullptr;      // the schedules' reduce-adds
+  CUevent_st* transferred_ = nullptr;         // the last group's end, for the reduce stream to wait on
+  std::vector<CUevent_st*> reduced_;          // reduced_[s]: the end of step s's reduces (grown on demand, kept)
+  std::size_t last_reduced_step_ = SIZE_MAX;  // in the collective running now
+  std::vector<Queued> queued_;
+  std::int64_t next_request_ = 0, issued_requests_ = 0;  // requests below issued_requests_ are complete
+  GroupedExecutor executor_;
+};
+
+}  // namespace dptrain

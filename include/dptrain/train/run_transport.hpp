@@ -1,0 +1,32 @@
+// The transport a training run's collectives use, chosen by its backend: MPI between CPU ranks (the backend's
+// reduce-add, scratch in host memory) or NCCL between GPU ranks (its reduce kernel on its own stream, scratch in
+// the GPU's memory, every operation issued on the engine's comm stream).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "dptrain/comm/collectives.hpp"
+#include "dptrain/comm/transport.hpp"
+#include "dptrain/compute/backend.hpp"
+
+namespace dptrain {
+
+// The ring's message pieces between GPUs: large enough that a group's launch is small beside its transfer (NCCL
+// moves p2p data in chunks of up to 512 KiB), small enough that a piece's addition overlaps the next one's.
+inline constexpr std::size_t kNcclRingPieceBytes = std::size_t{4} << 20;
+
+struct RunTransport {
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Collectives> collectives;
+  std::string name;  // "MPI" or "NCCL 2.28.9"
+};
+
+// Whether this build can connect `backend_name` ranks of a multi-rank job ("" when it can, else why not).
+std::string multi_rank_unsupported(const std::string& backend_name);
+
+// Collective: every rank calls it with the same algorithm. `comm_stream` is the engine's, `gpu` the rank's GPU
+// (cuda backend), timeout_s the --comm-timeout a device transport watches its operations with.
+RunTransport connect_run_transport(Backend& backend, Algorithm algorithm, Stream comm_stream, int gpu,
+                                   double timeout_s);
+
+}  // namespace dptrain

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The several-rank GPU check: a second call on the bare GPU machine (after scripts/gpu-check.sh, or alone), sized
+# to finish in about 5 minutes. Two ranks share the one GPU (DPTRAIN_RANKS_PER_GPU=2), started by the Open MPI the
+# bundle carries (scripts/gpu-mpirun.sh). NCCL up to 2.29 refuses two ranks on one device unless each looks like a
+# host of its own (a distinct NCCL_HOSTID), which sends their traffic through host memory (NET/Socket); from 2.30,
+# NCCL_MULTI_RANK_GPU_ENABLE=1 lets them share the device. Either way the figures are of that path, never NVLink's.
+#   1. dpbench --device cuda: all-reduce, ring/tree/native, 1 MiB–256 MiB, -c 1, native as NCCL_ALGO=Ring
+#      NCCL_PROTO=Simple, with NCCL's transport lines (NCCL_DEBUG=INFO) kept in $OUT/dpbench-nccl.txt;
+#   2. training on 2 ranks, small config, 20 steps, losses compared: W = 2 against W = 1 on the same global batch
+#      (fp32 wire: 1e-5 relative; BF16 wire: 1e-2, the CPU suite's bounds), tree and native against ring and ZeRO
+#      1–3 against 0 (fp32 wire, 1e-5), no overlap against overlap (1e-12: the same additions in the same order);
+#   3. gpt2-124m at Q = 1024 on 2 ranks, global batch 16, --zero 0..3, 8 steps each: step time, exposed
+#      communication, memory per rank;
+# and writes the summary to $OUT/check-multi-<date>.json (commit it under docs/gpu/).
+# Usage (on the GPU machine, from the repository root): OUT=/some/dir scripts/gpu-check-multi.sh
+source "$(dirname "$0")/gpu-env.sh"
+export DPTRAIN_RANKS_PER_GPU=2 OMP_NUM_THREADS=2
+nccl_version=$(python3 -c 'import ctypes; v = ctypes.c_int(); ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v)); print(v.value)' 2>/dev/null || echo 0)
+log "NCCL version code $nccl_version"
+if [ "$nccl_version" -ge 23000 ]; then
+  export NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_MAX_CTAS=16
+  share="NCCL_MULTI_RANK_GPU_ENABLE=1"
+else
+  share="NCCL_HOSTID per rank"
+fi
+two_ranks() {  # PROGRAM ARGS...: two ranks on the one GPU, each a host of its own where NCCL needs it
+  timeout 240 scripts/gpu-mpirun.sh -np 2 bash -c \
+    '[ "${NCCL_MULTI_RANK_GPU_ENABLE:-0}" = 1 ] || export NCCL_HOSTID=dptrain-rank-$OMPI_COMM_WORLD_RANK; exec "$@"' \
+    rank "$@"
+}
+
+# ---- 1. dpbench -------------------------------------------------------------------------------------------------
+log "dpbench --device cuda, 2 ranks ($share)"
+NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,NET NCCL_DEBUG_FILE="$OUT/dpbench-nccl.%p.txt" \
+  two_ranks "$bin/dpbench" --device cuda --op allreduce --algo all -b 1M -e 256M -f 4 -n 5 -w 2 -c 1 \
+  --json "$OUT/dpbench-cuda.json" > "$OUT/dpbench-cuda.txt" 2>&1
+echo "dpbench exit $?" >> "$OUT/dpbench-cuda.txt"
+cat "$OUT"/dpbench-nccl.*.txt > "$OUT/dpbench-nccl.txt" 2>/dev/null; rm -f "$OUT"/dpbench-nccl.*.txt
+tail -22 "$OUT/dpbench-cuda.txt"
+
+# ---- 2. correctness of training on two ranks ----------------------------------------------------------------------
+python3 - "$OUT/corpus.txt" <<'PY'
+import random, sys
+random.seed(1)
+words = [''.join(random.choice('etaoinshrdlucmfwyp') for _ in range(random.randint(2, 9))) for _ in range(5000)]
+with open(sys.argv[1], 'w') as f:
+    f.write(' '.join(random.choice(words) for _ in range(1_500_000)))
+PY
+train() {  # name ranks flags...: a small-config run on the GPU
+  local name=$1 ranks=$2
+  shift 2
+  local args=(--device cuda --config configs/small.toml --data "$OUT/corpus.txt" --batch 16 --steps 20
+              --eval-every 0 --link alpha=20us,bw=5GB/s --log "$OUT/small-$name.jsonl" "$@")
+  log "small $name: $ranks rank(s) $*"
+  if [ "$ranks" = 1 ]; then
+    timeout 120 "$bin/dptrain" "${args[@]}" > "$OUT/small-$name.txt" 2>&1
+  else
+    two_ranks "$bin/dptrain" "${args[@]}" > "$OUT/small-$name.txt" 2>&1
+  fi
+  echo "exit $?" >> "$OUT/small-$name.txt"
+}
+train w1-fp32 1 --grad-dtype fp32
+train w2-fp32 2 --grad-dtype fp32
+train w1-bf16 1
+train w2-bf16 2
+train w2-fp32-tree 2 --grad-dtype fp32 --allreduce tree
+train w2-fp32-native 2 --grad-dtype fp32 --allreduce native
+for z in 1 2 3; do train "w2-fp32-zero$z" 2 --grad-dtype fp32 --zero "$z"; done
+train w2-fp32-no-overlap 2 --grad-dtype fp32 --no-overlap
+
+# ---- 3. gpt2-124m on two ranks, ZeRO 0-3 --------------------------------------------------------------------------
+for z in 0 1 2 3; do
+  log "gpt2-124m 2 ranks --zero $z"
+  two_ranks "$bin/dptrain" --device cuda --config configs/gpt2-124m.toml --data "$OUT/corpus.txt" --batch 16 \
+    --steps 8 --warmup 2 --eval-every 0 --zero "$z" --log "$OUT/gpt2-zero$z.jsonl" > "$OUT/gpt2-zero$z.txt" 2>&1
+  echo "exit $?" >> "$OUT/gpt2-zero$z.txt"
+  tail -3 "$OUT/gpt2-zero$z.txt"
+done
+
+# ---- summary ----------------------------------------------------------------------------------------------------
+python3 - "$OUT" "$share" <<'PY'
+import datetime, glob, json, os, re, statistics, sys
+out, share = sys.argv[1], sys.argv[2]
+
+def records(path):
+    try:
+        return [json.loads(line) for line in open(path)]
+    except (OSError, ValueError):
+        return []
+
+def losses(name):
+    return [r["loss"] for r in records(os.path.join(out, f"small-{name}.jsonl")) if "loss" in r and "event" not in r]
+
+def max_relative(a, b):
+    if not a or len(a) != len(b):
+        return None
+    return max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b))
+
+nccl_log = open(os.path.join(out, "dpbench-nccl.txt")).read() if os.path.exists(os.path.join(out, "dpbench-nccl.txt")) else ""
+transport = sorted(set(re.findall(r"via (NET/\S+|P2P/\S+|SHM/\S+|P2P|SHM)", nccl_log)))
+rows = json.load(open(os.path.join(out, "dpbench-cuda.json"))) if os.path.exists(os.path.join(out, "dpbench-cuda.json")) else []
+busbw = {(r["size"], r["algo"]): r["busbw"] for r in rows}
+ratio = {str(size): busbw[(size, "ring")] / busbw[(size, "native")]
+         for (size, algo) in busbw if algo == "ring" and (size, "native") in busbw and busbw[(size, "native")] > 0}
+comparisons = []
+for name, reference, bound in [("w2-fp32", "w1-fp32", 1e-5), ("w2-bf16", "w1-bf16", 1e-2),
+                               ("w2-fp32-tree", "w2-fp32", 1e-5), ("w2-fp32-native", "w2-fp32", 1e-5),
+                               ("w2-fp32-zero1", "w2-fp32", 1e-5), ("w2-fp32-zero2", "w2-fp32", 1e-5),
+                               ("w2-fp32-zero3", "w2-fp32", 1e-5), ("w2-fp32-no-overlap", "w2-fp32", 1e-12)]:
+    d = max_relative(losses(name), losses(reference))
+    comparisons.append({"run": name, "against": reference, "max_relative_loss_difference": d, "bound": bound,
+                        "passed": d is not None and d <= bound})
+runs = []
+for z in range(4):
+    rs = records(os.path.join(out, f"gpt2-zero{z}.jsonl"))
+    steps = [r for r in rs if "step" in r and "event" not in r][2:]
+    end = [r for r in rs if r.get("event") == "summary"]
+    run = {"zero": z, "steps": len(steps)}
+    if steps:
+        for key in ("step_ms", "exposed_comm_ms", "comm_ms", "transfer_ms", "comm_model_ms", "tokens_per_s", "mfu"):
+            run[key] = statistics.median(r[key] for r in steps if key in r) if any(key in r for r in steps) else None
+    if end:
+        run["memory"] = end[-1].get("memory")
+    runs.append(run)
+summary = {
+    "commit": open("build-gpu/COMMIT").read().strip(),
+    "date": datetime.date.today().isoformat(),
+    "device": open(os.path.join(out, "device-name.txt")).read().strip() or "unknown",
+    "ranks": 2, "ranks_share_one_gpu_by": share,
+    "transport": transport, "ring_vs_native_busbw": ratio,
+    "dpbench_wrong": sum(r["wrong"] or 0 for r in rows) if rows else None,
+    "training_comparisons": comparisons, "gpt2_124m_two_ranks": runs,
+}
+name = os.path.join(out, f"check-multi-{summary['date']}.json")
+json.dump(summary, open(name, "w"), indent=2)
+print(json.dumps(summary, indent=2))
+PY
+log "done in $(( $(date +%s) - started )) s"

@@ -1,0 +1,39 @@
+# Sourced by the GPU checks (gpu-check.sh, gpu-check-multi.sh) on a bare GPU machine: unpacks the carried build,
+# points the loader at it and at CUDA 13's runtime, cuBLASLt and NCCL (the toolkit's, else those of the Python
+# packages beside PyTorch), and records what machine this is in $OUT/device.txt and $OUT/device-name.txt.
+# Sets root, OUT, bin, started and log().
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-$root/gpu-check-out}"
+mkdir -p "$OUT"
+cd "$root"
+log() { echo "gpu-check | $*" | tee -a "$OUT/progress.txt"; }
+started=$(date +%s)
+
+# ---- the carried build --------------------------------------------------------------------------------------
+if [ ! -d build-gpu ]; then
+  [ -f build-gpu.tar.xz ] || { log "no build-gpu.tar.xz: run scripts/gpu-bundle.sh and carry it"; exit 2; }
+  tar -xJf build-gpu.tar.xz
+fi
+bin="$root/build-gpu/bin"
+cuda_libs=""
+for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+  found=$(ls /usr/local/cuda/lib64/$lib 2>/dev/null || find / -xdev -name "$lib" -path "*nvidia*" 2>/dev/null | head -1)
+  [ -n "$found" ] && cuda_libs="$cuda_libs:$(dirname "$found")"
+done
+export LD_LIBRARY_PATH="$root/build-gpu/lib$cuda_libs:${LD_LIBRARY_PATH:-}"
+# One process without mpirun: Open MPI's singleton, told not to start a daemon, its plugins from the bundle
+# (scripts/gpu-mpirun.sh starts several ranks instead, and clears these).
+export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_path="$root/build-gpu/openmpi"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=4
+export DPTRAIN_SOURCE_DIR="$root" DPTRAIN_BINARY_DIR="$root/build-gpu"
+
+# ---- what machine -------------------------------------------------------------------------------------------
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 > "$OUT/device-name.txt"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  nvcc --version | tail -2
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))'
+  ldd "$bin/dptrain" | grep -E "not found|cublas|cudart|nccl" || true
+} > "$OUT/device.txt" 2>&1
+cat "$OUT/device.txt"

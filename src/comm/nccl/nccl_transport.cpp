@@ -1,0 +1,240 @@
+// NcclTransport: NCCL bootstrap over MPI, schedules as grouped steps on two streams, NCCL's own collectives, and
+// the wait at the end of each operation that watches for NCCL's errors and the deadline.
+#include "dptrain/comm/nccl_transport.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "dptrain/core/cuda_check.hpp"
+#include "dptrain/core/error.hpp"
+#include "reduce_add_launch.hpp"
+
+namespace dptrain {
+namespace {
+
+ncclDataType_t nccl_type(DType dtype) { return dtype == DType::bf16 ? ncclBfloat16 : ncclFloat32; }
+
+}  // namespace
+
+NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, double timeout_s)
+    : device_(device), timeout_s_(timeout_s), stream_(stream) {
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &size_);
+  make_current();
+  ncclUniqueId id{};
+  if (rank_ == 0) settle(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // calls return at once; settle() waits, watching the deadline, and can abort
+  ncclComm_t nccl = nullptr;
+  const ncclResult_t init = ncclCommInitRankConfig(&nccl, size_, id, rank_, &config);
+  comm_ = nccl;
+  settle(init, "ncclCommInitRankConfig");
+  DP_CUDA(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
+  DP_CUDA(cudaEventCreateWithFlags(&transferred_, cudaEventDisableTiming));
+}
+
+NcclTransport::~NcclTransport() {
+  make_current();
+  if (comm_ != nullptr && !aborted_) {  // every operation completed before it returned; the stream may be gone
+    ncclCommFinalize(comm_);
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress && ncclCommGetAsyncError(comm_, &state) == ncclSuccess) std::this_thread::yield();
+    ncclCommDestroy(comm_);
+  }
+  for (CUevent_st* event : reduced_) cudaEventDestroy(event);
+  if (transferred_ != nullptr) cudaEventDestroy(transferred_);
+  if (reduce_stream_ != nullptr) cudaStreamDestroy(reduce_stream_);
+}
+
+std::string NcclTransport::version() {
+  int code = 0;
+  if (ncclGetVersion(&code) != ncclSuccess) return "unknown";
+  return fmt::format("{}.{}.{}", code / 10000, code / 100 % 100, code % 100);
+}
+
+void NcclTransport::make_current() const { DP_CUDA(cudaSetDevice(device_)); }
+
+void NcclTransport::abort() noexcept {
+  if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
+}
+
+[[noreturn]] void NcclTransport::abort_and_throw(const std::string& message) {
+  abort();
+  throw std::runtime_error(fmt::format("rank {}: NCCL: {}", rank_, message));
+}
+
+// Another thread (a watchdog) aborted the communicator: nothing may touch it any more.
+void NcclTransport::throw_if_aborted(std::string_view what) const {
+  if (aborted_) throw std::runtime_error(fmt::format("rank {}: NCCL: {} ended by an abort", rank_, what));
+}
+
+void NcclTransport::settle(int result, const char* call) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline =
+      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
+  auto state = static_cast<ncclResult_t>(result);
+  while (state == ncclInProgress) {
+    throw_if_aborted(call);
+    if (clock::now() > deadline) abort_and_throw(fmt::format("{} did not settle in {:g} s", call, timeout_s_));
+    std::this_thread::yield();
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+  }
+  if (state != ncclSuccess && state != ncclInProgress)
+    abort_and_throw(fmt::format("{} failed: {} ({})", call, ncclGetErrorString(state),
+                                comm_ != nullptr && !aborted_ ? ncclGetLastError(comm_) : ""));
+}
+
+void NcclTransport::complete(std::string_view what) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  DP_CUDA(cudaEventRecord(transferred_, stream_));
+  std::chrono::microseconds pause{1};
+  for (;;) {
+    const cudaError_t done = cudaEventQuery(transferred_);
+    if (done == cudaSuccess) return;
+    if (done != cudaErrorNotReady) DP_CUDA(done);
+    throw_if_aborted(what);
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &state);
+    if (state != ncclSuccess && state != ncclInProgress)
+      abort_and_throw(fmt::format("{} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm_)));
+    if (clock::now() - start > std::chrono::duration<double>(timeout_s_))
+      abort_and_throw(fmt::format("{} did not complete in {:g} s", what, timeout_s_));
+    // Poll often while a short collective may end any moment, then back off: the compute thread needs the core.
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(100));
+  }
+}
+
+// ---- point to point ---------------------------------------------------------------------------------------------
+
+Request NcclTransport::isend(int peer, const void* data, std::size_t bytes) {
+  DP_ASSERT(peer >= 0 && peer < size_);
+  count_sent(bytes);
+  queued_.push_back({true, peer, const_cast<void*>(data), bytes});
+  return Request{next_request_++};
+}
+
+Request NcclTransport::irecv(int peer, void* data, std::size_t bytes) {
+  DP_ASSERT(peer >= 0 && peer < size_);
+  queued_.push_back({false, peer, data, bytes});
+  return Request{next_request_++};
+}
+
+void NcclTransport::flush_queued() {
+  if (queued_.empty()) return;
+  make_current();
+  settle(ncclGroupStart(), "ncclGroupStart");
+  for (const Queued& q : queued_) {
+    const ncclResult_t result = q.send ? ncclSend(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_)
+                                       : ncclRecv(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_);
+    settle(result, q.send ? "ncclSend" : "ncclRecv");
+  }
+  settle(ncclGroupEnd(), "ncclGroupEnd");
+  queued_.clear();
+  issued_requests_ = next_request_;
+  complete("send/receive");
+}
+
+void NcclTransport::wait(Request& request) {
+  if (!request.active()) return;
+  if (request.id >= issued_requests_) flush_queued();
+  request.id = -1;
+}
+
+void NcclTransport::wait_all(std::span<Request> requests) {
+  for (Request& request : requests) wait(request);
+}
+
+// ---- schedules: StepStreams -------------------------------------------------------------------------------------
+
+void NcclTransport::execute(const Schedule& schedule, void* data, DType dtype, const ReduceAdd& reduce_add,
+                            Scratch& scratch, std::size_t piece_bytes) {
+  make_current();
+  last_reduced_step_ = SIZE_MAX;
+  executor_.run(*this, schedule, data, dtype, reduce_add, scratch, piece_bytes);
+}
+
+ReduceAdd NcclTransport::reduce_add() {
+  return [this](void* accumulate, const void* incoming, std::size_t count, DType dtype) {
+    launch_reduce_add(reduce_stream_, accumulate, incoming, count, dtype);
+  };
+}
+
+void NcclTransport::transfers_wait_for_reduces(std::size_t step) {
+  DP_CUDA(cudaStreamWaitEvent(stream_, reduced_.at(step), 0));
+}
+
+void NcclTransport::transfer(std::span<const Message> sends, std::span<const Message> receives) {
+  settle(ncclGroupStart(), "ncclGroupStart");
+  for (const Message& m : sends) {
+    count_sent(m.bytes);
+    settle(ncclSend(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_), "ncclSend");
+  }
+  for (const Message& m : receives) settle(ncclRecv(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_), "ncclRecv");
+  settle(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+void NcclTransport::reduces_wait_for_transfers() {
+  DP_CUDA(cudaEventRecord(transferred_, stream_));
+  DP_CUDA(cudaStreamWaitEvent(reduce_stream_, transferred_, 0));
+}
+
+void NcclTransport::record_reduces(std::size_t step) {
+  while (reduced_.size() <= step) {
+    CUevent_st* event = nullptr;
+    DP_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    reduced_.push_back(event);
+  }
+  DP_CUDA(cudaEventRecord(reduced_[step], reduce_stream_));
+  last_reduced_step_ = step;
+}
+
+void NcclTransport::finish() {
+  if (last_reduced_step_ != SIZE_MAX) DP_CUDA(cudaStreamWaitEvent(stream_, reduced_[last_reduced_step_], 0));
+  complete("schedule");
+}
+
+// ---- native -----------------------------------------------------------------------------------------------------
+
+// Enqueues NCCL's own `op` in place: reduce-scatter leaves the sum of chunk r in chunk r, all-gather reads it there.
+void NcclTransport::issue_native(CollectiveOp op, void* data, std::size_t count, DType dtype) {
+  const std::size_t chunk = count / std::size_t(size_);
+  auto* own = static_cast<std::byte*>(data) + std::size_t(rank_) * chunk * element_size(dtype);
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      settle(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, stream_), "ncclAllReduce");
+      break;
+    case CollectiveOp::reduce_scatter:
+      settle(ncclReduceScatter(data, own, chunk, nccl_type(dtype), ncclSum, comm_, stream_), "ncclReduceScatter");
+      break;
+    case CollectiveOp::all_gather:
+      settle(ncclAllGather(own, data, chunk, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+      break;
+  }
+}
+
+void NcclTransport::native(CollectiveOp op, void* data, std::size_t count, DType dtype) {
+  require_native_chunks(op, count, size_);
+  make_current();
+  issue_native(op, data, count, dtype);
+  complete(collective_op_name(op));
+}
+
+double NcclTransport::simulated_seconds(CollectiveOp op, std::size_t count, DType dtype, void* data) {
+  require_native_chunks(op, count, size_);
+  make_current();
+  settle(ncclGroupStart(), "ncclGroupStart");
+  issue_native(op, data, count, dtype);
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  settle(ncclGroupSimulateEnd(&info), "ncclGroupSimulateEnd");
+  return double(info.estimatedTime) * 1e-6;  // NCCL's tuning model counts microseconds
+}
+
+}  // namespace dptrain

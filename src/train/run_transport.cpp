@@ -1,0 +1,49 @@
+// The run's transport: MPI for the cpu backend, NCCL (where built) for the cuda backend.
+#include "dptrain/train/run_transport.hpp"
+
+#include <mpi.h>
+
+#include "dptrain/comm/mpi_transport.hpp"
+#if DPTRAIN_HAVE_NCCL
+#include "dptrain/comm/nccl_transport.hpp"
+#endif
+
+namespace dptrain {
+
+std::string multi_rank_unsupported(const std::string& backend_name) {
+  if (backend_name != "cuda") return "";
+#if DPTRAIN_HAVE_NCCL
+  return "";
+#else
+  return "several ranks on GPUs need NCCL, which this build was made without (CMake found no nccl.h/libnccl)";
+#endif
+}
+
+RunTransport connect_run_transport(Backend& backend, Algorithm algorithm, Stream comm_stream, int gpu,
+                                   double timeout_s) {
+  RunTransport run;
+#if DPTRAIN_HAVE_NCCL
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (backend.name() == "cuda" && ranks > 1) {  // one GPU alone has nothing to move: no NCCL set-up
+    auto nccl = std::make_unique<NcclTransport>(MPI_COMM_WORLD, gpu, static_cast<CUstream_st*>(comm_stream.handle),
+                                                timeout_s);
+    ReduceAdd reduce_add = nccl->reduce_add();
+    run.name = "NCCL " + NcclTransport::version();
+    run.transport = std::move(nccl);
+    run.collectives =
+        make_collectives(algorithm, *run.transport, std::move(reduce_add), backend.device(), kNcclRingPieceBytes);
+    return run;
+  }
+#endif
+  (void)comm_stream, (void)gpu, (void)timeout_s;
+  run.name = "MPI";
+  run.transport = std::make_unique<MpiTransport>();
+  run.collectives = make_collectives(
+      algorithm, *run.transport,
+      [&backend](void* acc, const void* in, std::size_t n, DType dtype) { backend.reduce_add(acc, in, n, dtype); },
+      backend.device());
+  return run;
+}
+
+}  // namespace dptrain
