@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Test hosts on one machine: N network namespaces ("hosts") joined by veth pairs to a bridge that lives in its own
 # namespace, each host's link optionally shaped with tbf, and an mpirun that starts one rank per host over TCP.
+# As on a cluster, the launcher's control traffic has a network of its own (a second bridge, never shaped), so a
+# data link taken down (`ip -n HOST link set eth0 down`) leaves mpirun able to end the job.
 #
 #   scripts/hosts.sh up N [--rate RATE]     # RATE in tc's units: 400mbit, 1gbit, ...
 #   scripts/hosts.sh mpirun [-np K] [mpirun options] -- PROGRAM ARGS   # one rank on each of the first K hosts
 #   scripts/hosts.sh down                   # removes everything `up` made (also after a failed run)
 #   scripts/hosts.sh status
 #
-# Host i is namespace ${DPTRAIN_HOSTS}-h<i> with eth0 = 10.213.77.<i+1>/24; the switch is ${DPTRAIN_HOSTS}-sw.
+# Host i is namespace ${DPTRAIN_HOSTS}-h<i> with eth0 = 10.213.77.<i+1>/24 (data: the ranks' messages) and
+# ctl0 = 10.213.78.<i+1>/24 (control: mpirun and its daemons); the switch is ${DPTRAIN_HOSTS}-sw.
 # DPTRAIN_HOSTS (default "dptrain") names the set, so two sets (e.g. two tests) can exist side by side: each set
 # is a separate group of namespaces, so they may reuse the same addresses. Nothing is added to the root namespace:
 # traffic can only go between the hosts of one set. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
@@ -16,6 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 SET="${DPTRAIN_HOSTS:-dptrain}"
 SUBNET=10.213.77
+CONTROL_SUBNET=10.213.78
 STATE="/run/dptrain-hosts/$SET"
 SWITCH="$SET-sw"
 
@@ -66,6 +70,8 @@ up() {
   ip netns add "$SWITCH"
   ip -n "$SWITCH" link add br0 type bridge
   ip -n "$SWITCH" link set br0 up
+  ip -n "$SWITCH" link add br1 type bridge
+  ip -n "$SWITCH" link set br1 up
   ip -n "$SWITCH" link set lo up
   local i hosts=()
   for ((i = 0; i < n; i++)); do
@@ -75,6 +81,10 @@ up() {
     ip -n "$SWITCH" link set "p$i" master br0 up
     ip -n "$ns" addr add "$(host_ip $i)/24" dev eth0
     ip -n "$ns" link set eth0 up
+    ip -n "$SWITCH" link add "c$i" type veth peer name ctl0 netns "$ns"
+    ip -n "$SWITCH" link set "c$i" master br1 up
+    ip -n "$ns" addr add "$CONTROL_SUBNET.$((i + 1))/24" dev ctl0
+    ip -n "$ns" link set ctl0 up
     ip -n "$ns" link set lo up
     if [ -n "$rate" ]; then
       # Each host's sending side is shaped, as a NIC of that rate would be; the burst has to hold one GSO segment
@@ -96,7 +106,7 @@ exec ip netns exec "$SET-h\$((last - 1))" sh -c "\$*"
 EOF
   chmod +x "$STATE/agent"
   trap - ERR
-  echo "hosts.sh: $n host(s) ${hosts[*]} on bridge $SWITCH/br0, link ${rate:-unshaped}"
+  echo "hosts.sh: $n host(s) ${hosts[*]} on bridge $SWITCH/br0, link ${rate:-unshaped}; control on $CONTROL_SUBNET.0/24"
 }
 
 run_mpi() {
@@ -120,12 +130,13 @@ run_mpi() {
     hosts=("${hosts[@]:0:$n}")
   fi
   local list; list=$(printf '%s:1,' "${hosts[@]}"); list=${list%,}
-  # mpirun runs in host 0 (so it reaches the others' daemons over the test subnet). TCP only (no shared memory
-  # between "hosts"), restricted to the test subnet; routed=direct: every daemon talks to mpirun itself, not
-  # through a tree of daemons that would need to find one another first.
+  # mpirun runs in host 0 (so it reaches the others' daemons over the control subnet). TCP only (no shared memory
+  # between "hosts"): the ranks' messages on the data subnet, the launcher's wire-up and control on the control
+  # subnet; routed=direct: every daemon talks to mpirun itself, not through a tree of daemons that would need to
+  # find one another first.
   exec ip netns exec "$(host_ns 0)" mpirun --host "$list" -np "$n" \
     --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
-    --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24" \
+    --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$CONTROL_SUBNET.0/24" \
     --mca pml ob1 "${options[@]}" "$@"
 }
 
