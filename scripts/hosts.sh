@@ -97,12 +97,14 @@ up() {
   printf '%s\n' "${hosts[@]}" > "$STATE/hosts"
   echo "${rate:-unshaped}" > "$STATE/rate"
   # The rsh agent Open MPI calls instead of ssh: `agent HOST COMMAND...` runs COMMAND in HOST's namespace, with a
-  # shell, as ssh would.
+  # shell, as ssh would. The daemon stays in the foreground, the agent with it as an ssh session would: a daemon
+  # that dies at start-up is then reported by mpirun at once, where a daemonized one left the launch hanging.
   cat > "$STATE/agent" <<EOF
 #!/bin/sh
 host="\$1"; shift
 last=\${host##*.}
-exec ip netns exec "$SET-h\$((last - 1))" sh -c "\$*"
+command=\$(echo "\$*" | sed 's/ --daemonize / /')
+exec ip netns exec "$SET-h\$((last - 1))" sh -c "\$command"
 EOF
   chmod +x "$STATE/agent"
   trap - ERR
@@ -133,11 +135,13 @@ run_mpi() {
   # mpirun runs in host 0 (so it reaches the others' daemons over the control subnet). TCP only (no shared memory
   # between "hosts"): the ranks' messages on the data subnet, the launcher's wire-up and control on the control
   # subnet; routed=direct: every daemon talks to mpirun itself, not through a tree of daemons that would need to
-  # find one another first.
+  # find one another first. rtc ^hwloc: the hosts share one machine's /dev/shm and hostname, and the daemons'
+  # hwloc run-time control wrote the topology into shared memory at once and crashed in hwloc_shmem_topology_write
+  # (about one launch in ten on 3 hosts; none in 30 without it). Binding is not used here.
   exec ip netns exec "$(host_ns 0)" mpirun --host "$list" -np "$n" \
     --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
     --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$CONTROL_SUBNET.0/24" \
-    --mca pml ob1 "${options[@]}" "$@"
+    --mca pml ob1 --mca rtc ^hwloc "${options[@]}" "$@"
 }
 
 case "${1:-}" in
