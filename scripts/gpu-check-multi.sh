@@ -22,6 +22,7 @@ if [ "$nccl_version" -ge 23000 ]; then
   share="NCCL_MULTI_RANK_GPU_ENABLE=1"
 else
   share="NCCL_HOSTID per rank"
+  export NCCL_SOCKET_IFNAME=lo  # the machine has no network: NCCL's bootstrap and NET/Socket on the loopback
 fi
 two_ranks() {  # PROGRAM ARGS...: two ranks on the one GPU, each a host of its own where NCCL needs it
   timeout 240 scripts/gpu-mpirun.sh -np 2 bash -c \
