@@ -13,9 +13,15 @@ std::uint64_t ring_bytes_sent(CollectiveOp op, std::size_t count, DType dtype, i
   const std::uint64_t all_gather = count - chunk_size(count, size, (rank + 1) % size);
   std::uint64_t elements = 0;
   switch (op) {
-    case CollectiveOp::all_reduce: elements = reduce_scatter + all_gather; break;
-    case CollectiveOp::reduce_scatter: elements = reduce_scatter; break;
-    case CollectiveOp::all_gather: elements = all_gather; break;
+    case CollectiveOp::all_reduce:
+      elements = reduce_scatter + all_gather;
+      break;
+    case CollectiveOp::reduce_scatter:
+      elements = reduce_scatter;
+      break;
+    case CollectiveOp::all_gather:
+      elements = all_gather;
+      break;
   }
   return elements * element_size(dtype);
 }
@@ -25,6 +31,10 @@ void Collectives::run(CollectiveOp op, void* data, std::size_t count, DType dtyp
   const double entry = now_seconds();
   execute(op, data, count, dtype);
   const double exit = now_seconds();
+  // A device transport's own timing: the collective's time on the device, placed on the host clock as ending when
+  // the host saw it end (so the ranks' entries still compare; collective_skew.hpp).
+  const std::optional<double> on_device = transport_.last_device_seconds();
+  const double seconds = on_device ? *on_device : exit - entry;
   const std::uint64_t counted = transport_.bytes_sent() - sent_before;
   log_.add(CommRecord{.op = op,
                       .algo = algorithm_,
@@ -32,10 +42,10 @@ void Collectives::run(CollectiveOp op, void* data, std::size_t count, DType dtyp
                       .count = count,
                       .bytes = count * element_size(dtype),
                       .bytes_sent = wire_bytes(op, count, dtype, counted),
-                      .seconds = exit - entry,
-                      .entry_s = entry,
+                      .seconds = seconds,
+                      .entry_s = on_device ? exit - seconds : entry,
                       .exit_s = exit,
-                      .transfer_s = exit - entry});
+                      .transfer_s = seconds});
 }
 
 std::unique_ptr<Collectives> make_collectives(Algorithm algorithm, Transport& transport, ReduceAdd reduce_add,

@@ -3,6 +3,8 @@
 // CommLog records of calls on a single rank.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/comm/point_to_point_executor.hpp"
 #include "dptrain/core/error.hpp"
@@ -14,7 +16,8 @@ namespace {
 // A group of `ranks` (rank 0) that nothing can reach: a send or receive throws std::runtime_error.
 class SoloTransport final : public Transport {
  public:
-  explicit SoloTransport(int ranks = 1) : ranks_(ranks) {}
+  explicit SoloTransport(int ranks = 1, std::optional<double> device_seconds = std::nullopt)
+      : ranks_(ranks), device_seconds_(device_seconds) {}
   int rank() const override { return 0; }
   int size() const override { return ranks_; }
   Request isend(int, const void*, std::size_t) override { throw std::runtime_error("isend: no peer here"); }
@@ -24,9 +27,11 @@ class SoloTransport final : public Transport {
                std::size_t piece_bytes) override {
     executor_.run(*this, schedule, data, dtype, reduce_add, scratch, piece_bytes);
   }
+  std::optional<double> last_device_seconds() const override { return device_seconds_; }
 
  private:
   int ranks_;
+  std::optional<double> device_seconds_;  // as a device transport that times its operations would report
   PointToPointExecutor executor_;
 };
 
@@ -62,8 +67,9 @@ TEST(CommFrontEnd, NativeNeedsATransportWithItsOwnCollectives) {
     make_collectives(Algorithm::native, solo);
     FAIL() << "no UserError";
   } catch (const UserError& e) {
-    EXPECT_STREQ(e.what(), "--allreduce: 'native' needs a transport with its own collectives (this run's "
-                           "transport has none)");
+    EXPECT_STREQ(e.what(),
+                 "--allreduce: 'native' needs a transport with its own collectives (this run's "
+                 "transport has none)");
   }
   float x = 0;
   EXPECT_THROW(solo.native(CollectiveOp::all_reduce, &x, 1, DType::f32), std::logic_error);
@@ -77,8 +83,9 @@ TEST(CommFrontEnd, NativeChunkRuleNamesCountRanksAndFix) {
     require_native_chunks(CollectiveOp::all_gather, 10, 4);
     FAIL() << "no UserError";
   } catch (const UserError& e) {
-    EXPECT_STREQ(e.what(), "native all_gather needs a count divisible by the number of ranks, got count 10 on 4 "
-                           "ranks (pad it to a multiple of 4, or use ring or tree)");
+    EXPECT_STREQ(e.what(),
+                 "native all_gather needs a count divisible by the number of ranks, got count 10 on 4 "
+                 "ranks (pad it to a multiple of 4, or use ring or tree)");
   }
 }
 
@@ -120,7 +127,29 @@ TEST(CommFrontEnd, SingleRankCallsAreNoOpsAndAreLogged) {
     EXPECT_EQ(records[2].count, 2u);
     EXPECT_EQ(records[2].bytes, 4u);
     for (const CommRecord& record : records) EXPECT_EQ(record.bytes_sent, 0u);  // one rank sends nothing
-    EXPECT_TRUE(collectives->log().take().empty());  // taking leaves the log empty
+    EXPECT_TRUE(collectives->log().take().empty());                             // taking leaves the log empty
+  }
+}
+
+// A transport that times its operations on its device: the record takes that time, placed on the host clock as
+// ending when the call returned; without one, the host's clock times the call.
+TEST(CommFrontEnd, DeviceTimeOfATransportIsTheCallsTime) {
+  for (const std::optional<double> device : {std::optional<double>{}, std::optional<double>{0.25}}) {
+    SoloTransport solo(1, device);
+    auto collectives = make_collectives(Algorithm::ring, solo);
+    std::vector<float> data{1, 2, 3};
+    collectives->all_reduce(data.data(), data.size(), DType::f32);
+    const auto records = collectives->log().take();
+    ASSERT_EQ(records.size(), 1u);
+    const CommRecord& r = records[0];
+    EXPECT_DOUBLE_EQ(r.exit_s - r.entry_s, r.seconds);
+    EXPECT_EQ(r.transfer_s, r.seconds);
+    if (device) {
+      EXPECT_EQ(r.seconds, 0.25);
+    } else {
+      EXPECT_GE(r.seconds, 0.0);
+      EXPECT_LT(r.seconds, 0.25);  // a no-op on one rank: far below a quarter second
+    }
   }
 }
 

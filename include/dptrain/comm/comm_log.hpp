@@ -19,7 +19,7 @@ struct CommRecord {
   std::size_t count = 0;        // elements in the whole buffer
   std::uint64_t bytes = 0;      // payload: count · element size
   std::uint64_t bytes_sent = 0; // wire bytes this rank sent (for native: what the ring would send, see docs)
-  double seconds = 0;           // wall time of the call on this rank: exit_s − entry_s
+  double seconds = 0;           // the call's time on this rank: exit_s − entry_s (a device transport's: on the device)
   // When this rank entered and left the call, on the steady clock (CLOCK_MONOTONIC: seconds since boot, one clock
   // for every process of a machine), so that ranks can compare their entry times (collective_skew.hpp).
   double entry_s = 0, exit_s = 0;

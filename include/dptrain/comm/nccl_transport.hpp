@@ -50,6 +50,8 @@ class NcclTransport final : public Transport, private StepStreams {
                std::size_t piece_bytes) override;
 
   bool has_native() const override { return true; }
+  // From CUDA events recorded on the stream at the start and the end of the operation.
+  std::optional<double> last_device_seconds() const override { return last_seconds_; }
   void native(CollectiveOp op, void* data, std::size_t count, DType dtype) override;
 
   // accumulate += incoming on the device, enqueued on the reduce stream (BF16: fp32 add, one rounding).
@@ -83,6 +85,7 @@ class NcclTransport final : public Transport, private StepStreams {
   [[noreturn]] void abort_and_throw(const std::string& message);
   void throw_if_aborted(std::string_view what) const;
   void make_current() const;
+  void begin();  // the start of an operation: the GPU made current, the start recorded
 
   struct Queued {
     bool send;
@@ -95,9 +98,12 @@ class NcclTransport final : public Transport, private StepStreams {
   std::atomic<bool> aborted_{false};
   int device_ = 0, rank_ = 0, size_ = 1;
   double timeout_s_;
-  CUstream_st* stream_;                       // transfers and native collectives (the caller's comm stream)
-  CUstream_st* reduce_stream_ = nullptr;      // the schedules' reduce-adds
-  CUevent_st* transferred_ = nullptr;         // the last group's end, for the reduce stream to wait on
+  CUstream_st* stream_;                   // transfers and native collectives (the caller's comm stream)
+  CUstream_st* reduce_stream_ = nullptr;  // the schedules' reduce-adds
+  CUevent_st* transferred_ = nullptr;     // the last group's end, for the reduce stream to wait on
+  CUevent_st* started_ = nullptr;         // timing: an operation's start and end on the stream
+  CUevent_st* ended_ = nullptr;
+  std::optional<double> last_seconds_;
   std::vector<CUevent_st*> reduced_;          // reduced_[s]: the end of step s's reduces (grown on demand, kept)
   std::size_t last_reduced_step_ = SIZE_MAX;  // in the collective running now
   std::vector<Queued> queued_;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "dptrain/comm/algorithm.hpp"
@@ -55,6 +56,10 @@ class Transport {
   // A transport without them returns false from has_native(), and native() throws std::logic_error.
   virtual bool has_native() const { return false; }
   virtual void native(CollectiveOp op, void* data, std::size_t count, DType dtype);
+
+  // The device time of the last execute() or native() for a transport that times its operations on its device
+  // (NCCL: CUDA events around the work on its stream); nullopt for one whose operations the host's clock times.
+  virtual std::optional<double> last_device_seconds() const { return std::nullopt; }
 
   // Called by a watchdog that is about to end the job (MPI_Abort): ends what the transport has in flight, from any
   // thread, so no device work outlives the job (NCCL: ncclCommAbort). The transport is unusable afterwards.

@@ -37,10 +37,12 @@ NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, dou
   settle(init, "ncclCommInitRankConfig");
   DP_CUDA(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
   DP_CUDA(cudaEventCreateWithFlags(&transferred_, cudaEventDisableTiming));
+  DP_CUDA(cudaEventCreate(&started_));
+  DP_CUDA(cudaEventCreate(&ended_));
 }
 
 NcclTransport::~NcclTransport() {
-  make_current();
+  cudaSetDevice(device_);               // unchecked: a destructor must not throw
   if (comm_ != nullptr && !aborted_) {  // every operation completed before it returned; the stream may be gone
     ncclCommFinalize(comm_);
     ncclResult_t state = ncclInProgress;
@@ -48,7 +50,8 @@ NcclTransport::~NcclTransport() {
     ncclCommDestroy(comm_);
   }
   for (CUevent_st* event : reduced_) cudaEventDestroy(event);
-  if (transferred_ != nullptr) cudaEventDestroy(transferred_);
+  for (CUevent_st* event : {transferred_, started_, ended_})
+    if (event != nullptr) cudaEventDestroy(event);
   if (reduce_stream_ != nullptr) cudaStreamDestroy(reduce_stream_);
 }
 
@@ -59,6 +62,12 @@ std::string NcclTransport::version() {
 }
 
 void NcclTransport::make_current() const { DP_CUDA(cudaSetDevice(device_)); }
+
+void NcclTransport::begin() {
+  make_current();
+  last_seconds_.reset();  // until complete() has timed this operation
+  DP_CUDA(cudaEventRecord(started_, stream_));
+}
 
 void NcclTransport::abort() noexcept {
   if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
@@ -93,11 +102,16 @@ void NcclTransport::settle(int result, const char* call) {
 void NcclTransport::complete(std::string_view what) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  DP_CUDA(cudaEventRecord(transferred_, stream_));
+  DP_CUDA(cudaEventRecord(ended_, stream_));
   std::chrono::microseconds pause{1};
   for (;;) {
-    const cudaError_t done = cudaEventQuery(transferred_);
-    if (done == cudaSuccess) return;
+    const cudaError_t done = cudaEventQuery(ended_);
+    if (done == cudaSuccess) {
+      float milliseconds = 0;
+      DP_CUDA(cudaEventElapsedTime(&milliseconds, started_, ended_));
+      last_seconds_ = 1e-3 * double(milliseconds);
+      return;
+    }
     if (done != cudaErrorNotReady) DP_CUDA(done);
     throw_if_aborted(what);
     ncclResult_t state = ncclSuccess;
@@ -129,7 +143,7 @@ Request NcclTransport::irecv(int peer, void* data, std::size_t bytes) {
 
 void NcclTransport::flush_queued() {
   if (queued_.empty()) return;
-  make_current();
+  begin();
   settle(ncclGroupStart(), "ncclGroupStart");
   for (const Queued& q : queued_) {
     const ncclResult_t result = q.send ? ncclSend(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_)
@@ -156,7 +170,7 @@ void NcclTransport::wait_all(std::span<Request> requests) {
 
 void NcclTransport::execute(const Schedule& schedule, void* data, DType dtype, const ReduceAdd& reduce_add,
                             Scratch& scratch, std::size_t piece_bytes) {
-  make_current();
+  begin();
   last_reduced_step_ = SIZE_MAX;
   executor_.run(*this, schedule, data, dtype, reduce_add, scratch, piece_bytes);
 }
@@ -222,7 +236,7 @@ void NcclTransport::issue_native(CollectiveOp op, void* data, std::size_t count,
 
 void NcclTransport::native(CollectiveOp op, void* data, std::size_t count, DType dtype) {
   require_native_chunks(op, count, size_);
-  make_current();
+  begin();
   issue_native(op, data, count, dtype);
   complete(collective_op_name(op));
 }
