@@ -76,6 +76,10 @@ DataParallelEngine::~DataParallelEngine() {
   executor_.wait_all();
   for (const std::vector<Event>* events : {&gradient_ready_, &weight_ready_})
     for (Event event : *events) device().destroy(event);
+  for (const auto& [start, end] : gaps_) {
+    device().destroy(start);
+    device().destroy(end);
+  }
   device().destroy(comm_stream_);
   if (whole_view_) backend_.release_weights(whole_view_);
   for (const void* view : unit_view_)

@@ -1,10 +1,10 @@
 // One data-parallel training step: micro-steps of forward and backward (each unit's gradient launched as the last
 // micro-step completes it), the global gradient norm, AdamW on the rank's own slices with the weight all-gathers
 // of stages 1 and 2, and evaluation.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "dptrain/core/error.hpp"
 #include "dptrain/dp/engine.hpp"
@@ -20,8 +20,8 @@ void DataParallelEngine::gradient_ready(FlatRange range, bool last, StepResult& 
   const double now = timeline_.now();
   const std::size_t u = plan_.unit_of(range.begin);
   if (timeline_.recording())
-    timeline_.add({TimelineEvent::Track::compute, "backward " + part_name(range), unit_clock_, now, step_number_,
-                   int(u)});
+    timeline_.add(
+        {TimelineEvent::Track::compute, "backward " + part_name(range), unit_clock_, now, step_number_, int(u)});
   if (last) {
     result.unit_backward_s[u] += now - unit_clock_;
     // A unit is complete when its lowest range is: blocks complete from the top down.
@@ -59,7 +59,7 @@ StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t glo
   const ModelConfig& c = layout_.config();
   const std::size_t units = plan_.units().size();
   step_number_ = optimizer_step_ + 1;
-  waited_s_ = 0;
+  gaps_used_ = 0;
   StepResult result;
   result.unit_backward_s.assign(units, 0.0);
   // Every rank scales by the global position count, so the sum over ranks is the global mean's gradient.
@@ -68,8 +68,7 @@ StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t glo
   device().zero(accumulators_.data(), accumulators_.bytes());
   const std::size_t window_size = std::size_t(c.seq + 1);
   for (int k = 0; k < settings_.grad_accum; ++k)
-    micro_step(windows + std::size_t(k) * micro_windows_ * window_size, dloss, k + 1 == settings_.grad_accum,
-               result);
+    micro_step(windows + std::size_t(k) * micro_windows_ * window_size, dloss, k + 1 == settings_.grad_accum, result);
   if (!settings_.overlap)  // the same collectives in the same order, after backward
     for (std::size_t u = 0; u < units; ++u) launch_gradient(u);
   wait_for_comm(gradient_tickets_[units - 1], "gradient");
@@ -93,7 +92,7 @@ StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t glo
                                  : 1.0f;
     update(optimizer, grad_scale, result);
   }
-  result.exposed_comm_s = waited_s_;
+  result.exposed_comm_s = exposed_communication();
   return result;
 }
 
@@ -109,8 +108,8 @@ void DataParallelEngine::update(const OptimizerSettings& optimizer, float grad_s
     const Unit& unit = plan_.units()[u];
     const OptimizerPiece& piece = optimizer_pieces_[u];
     // Where flat element f of the piece is in the gradient and in the weights.
-    const std::size_t gradient_at = stage <= 1 ? unit.padded_offset + (piece.flat.begin - unit.range.begin)
-                                               : unit.shard_offset;
+    const std::size_t gradient_at =
+        stage <= 1 ? unit.padded_offset + (piece.flat.begin - unit.range.begin) : unit.shard_offset;
     const std::size_t weights_at = stage == 3 ? unit.shard_offset : piece.flat.begin;
     for (const ParameterEntry& e : layout_.entries()) {
       const std::size_t begin = std::max(e.offset, piece.flat.begin);
@@ -120,8 +119,8 @@ void DataParallelEngine::update(const OptimizerSettings& optimizer, float grad_s
       p.weight_decay = e.weight_decay ? float(optimizer.weight_decay) : 0.0f;
       backend_.adamw(master_.as<float>() + i, adam_m_.as<float>() + i, adam_v_.as<float>() + i,
                      weights_.as<bf16>() + weights_at + (begin - piece.flat.begin),
-                     gradient_.as<std::byte>() + (gradient_at + begin - piece.flat.begin) * elem, settings_.grad_dtype,
-                     end - begin, p);
+                     gradient_.as<std::byte>() + (gradient_at + begin - piece.flat.begin) * elem,
+                     settings_.grad_dtype, end - begin, p);
     }
     // Stages 1, 2: the updated slice goes out while the next unit is updated (two units in flight at most).
     if (stage == 1 || stage == 2) {

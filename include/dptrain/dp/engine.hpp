@@ -71,8 +71,9 @@ struct StepResult {
   bool finite = true;    // loss and norm are finite (the update was skipped otherwise)
   // Compute-thread time by phase, seconds (forward and backward summed over micro-steps).
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
-  // Time the compute thread waited for the comm executor: for the gradient after backward ended, and for weight
-  // all-gathers (stages 1–3).
+  // Exposed communication: the time the compute stream stood idle while the compute thread waited for the comm
+  // executor (for the gradient after backward ended, and for weight all-gathers at stages 1–3), measured by events
+  // on the compute stream (on the cpu: the waits themselves).
   double exposed_comm_s = 0;
   // The communicating micro-step's backward time up to each unit's completion, per unit in launch order (the
   // first includes the LM head): what the overlap model needs.
@@ -170,6 +171,7 @@ class DataParallelEngine {
   void collective(CollectiveOp op, std::size_t unit, void* data, DType dtype);
   // Blocks the compute thread until a ticket is done; the time counts as exposed communication.
   void wait_for_comm(CommExecutor::Ticket ticket, const char* what);
+  double exposed_communication();  // Σ of the step's compute-stream gaps (waits for their events)
   // Waits for a ticket at most comm_timeout_s; past it, aborts the job naming the task the executor is stuck in.
   void watched_wait(CommExecutor::Ticket ticket);
   std::string task_name(CollectiveOp op, std::size_t unit) const;  // "all_reduce on unit blocks 0-11"
@@ -228,8 +230,12 @@ class DataParallelEngine {
   std::vector<int> unit_uses_;
   std::vector<std::size_t> forward_order_, backward_order_;  // stage 3: units in the order each pass needs them
   double unit_clock_ = 0;                                    // when the previous range's gradient completed
-  double waited_s_ = 0;                                      // exposed communication of the current step
-  int step_number_ = 0;                                      // the step being taken, 1-based (for the timeline)
+  // The compute stream's gaps while the compute thread waited for communication: an event pair per wait (kept and
+  // reused), the first gaps_used_ of them recorded since the step began. On the cpu the events hold host times, so
+  // a gap is the wait; on a GPU it is the time the compute stream had nothing to run.
+  std::vector<std::pair<Event, Event>> gaps_;
+  std::size_t gaps_used_ = 0;
+  int step_number_ = 0;  // the step being taken, 1-based (for the timeline)
 };
 
 }  // namespace dptrain
