@@ -74,11 +74,10 @@ const ModelConfig kSmall{.vocab = 256, .seq = 128, .layers = 4, .width = 256, .h
 class CudaAgainstCpu : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (on_gpu())
-      if (const std::string why = backend_unavailable("cuda"); !why.empty()) GTEST_SKIP() << why;
+    if (const std::string why = test::backend_under_test_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
   }
   bool on_gpu() const { return GetParam() == "cuda"; }
-  std::unique_ptr<Backend> cuda() const { return on_gpu() ? make_backend("cuda") : test::make_cuda_on_cpu_backend(); }
+  std::unique_ptr<Backend> cuda() const { return test::make_backend_under_test(GetParam()); }
   // What the training tests run: on a GPU the small shape, 8 windows, 50 steps; on the harness (which runs each
   // GPU thread as a CPU thread: a tiny step takes seconds) the tiny shape, 4 windows, 3 steps, too few to ask
   // that the loss fell, but every one compared with the cpu run's.
