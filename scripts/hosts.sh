@@ -137,11 +137,15 @@ run_mpi() {
   # subnet; routed=direct: every daemon talks to mpirun itself, not through a tree of daemons that would need to
   # find one another first. rtc ^hwloc: the hosts share one machine's /dev/shm and hostname, and the daemons'
   # hwloc run-time control wrote the topology into shared memory at once and crashed in hwloc_shmem_topology_write
-  # (about one launch in ten on 3 hosts; none in 30 without it). Binding is not used here.
+  # (about one launch in ten on 3 hosts; none in 30 without it). Binding is not used here. The eager limit above the
+  # ring's 256 KiB pieces: a larger message waits for a clear-to-send, which on a shaped link queues behind the
+  # other direction's data, and the ring then ran at half the rate at 2 hosts; socket buffers of 1 MiB keep that
+  # queue short (the kernel's autotuning let a plain 8 MiB exchange take 1.5–2× its time now and then).
   exec ip netns exec "$(host_ns 0)" mpirun --host "$list" -np "$n" \
     --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
     --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$CONTROL_SUBNET.0/24" \
-    --mca pml ob1 --mca rtc ^hwloc "${options[@]}" "$@"
+    --mca pml ob1 --mca rtc ^hwloc --mca btl_tcp_eager_limit 327680 \
+    --mca btl_tcp_max_send_size 327680 --mca btl_tcp_sndbuf 1048576 --mca btl_tcp_rcvbuf 1048576 "${options[@]}" "$@"
 }
 
 case "${1:-}" in
