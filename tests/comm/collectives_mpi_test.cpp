@@ -20,21 +20,26 @@
 #include "dptrain/core/error.hpp"
 #include "expected_bytes.hpp"
 #include "global_sum.hpp"
+#include "grouped_mpi_transport.hpp"
 
 namespace dptrain {
 namespace {
 
 // The algorithms under test; the ring also with small pieces (1000 B: not a whole number of elements for fp32,
-// so many pieces per chunk and a short last one) and unpipelined (one message per chunk).
+// so many pieces per chunk and a short last one) and unpipelined (one message per chunk); ring and tree also as
+// the NCCL transport runs schedules (grouped steps, reduces deferred as long as allowed: grouped_mpi_transport.hpp).
 struct Variant {
   Algorithm algo;
   std::size_t ring_piece_bytes = kRingPieceBytes;
+  bool grouped = false;
 };
-const Variant kVariants[] = {{Algorithm::ring}, {Algorithm::ring, 1000}, {Algorithm::ring, SIZE_MAX},
-                             {Algorithm::tree}, {Algorithm::native}};
+const Variant kVariants[] = {
+    {Algorithm::ring},   {Algorithm::ring, 1000},       {Algorithm::ring, SIZE_MAX},      {Algorithm::tree},
+    {Algorithm::native}, {Algorithm::ring, 1000, true}, {Algorithm::tree, SIZE_MAX, true}};
 
-std::unique_ptr<Collectives> make(const Variant& variant, MpiTransport& transport) {
-  return make_collectives(variant.algo, transport, host_reduce_add, host_memory(), variant.ring_piece_bytes);
+std::unique_ptr<Collectives> make(const Variant& variant, MpiTransport& transport, GroupedMpiTransport& grouped) {
+  Transport& chosen = variant.grouped ? static_cast<Transport&>(grouped) : transport;
+  return make_collectives(variant.algo, chosen, host_reduce_add, host_memory(), variant.ring_piece_bytes);
 }
 constexpr std::size_t kLargeCount = 1000003;  // prime: unequal chunks for every p > 1
 
@@ -105,6 +110,7 @@ long wrong_elements(const Buffer& result, CollectiveOp op, int r, int p) {
 
 void check_op(CollectiveOp op) {
   MpiTransport transport;
+  GroupedMpiTransport grouped;
   const int p = transport.size(), r = transport.rank();
   for (DType dtype : {DType::bf16, DType::f32}) {
     const std::size_t large_multiple = 4099 * static_cast<std::size_t>(p);  // several 1000 B pieces per chunk
@@ -116,7 +122,7 @@ void check_op(CollectiveOp op) {
       long wrong_refusals = 0;
       for (const Variant& variant : kVariants) {
         const Algorithm algo = variant.algo;
-        auto collectives = make(variant, transport);
+        auto collectives = make(variant, transport, grouped);
         Buffer buffer = input(op, dtype, count, r, p);
         if (algo == Algorithm::native && op != CollectiveOp::all_reduce && count % p != 0) {
           // Every rank refuses on its own, before any communication, so no rank is left waiting.
@@ -136,7 +142,8 @@ void check_op(CollectiveOp op) {
         wrong_records += records.size() != 1 || records[0].op != op || records[0].algo != algo ||
                          records[0].dtype != dtype || records[0].count != count ||
                          records[0].bytes != count * element_size(dtype) || (moved && !(records[0].seconds > 0));
-        if (!records.empty()) wrong_bytes += records[0].bytes_sent != expected_bytes_sent(algo, op, count, dtype, r, p);
+        if (!records.empty())
+          wrong_bytes += records[0].bytes_sent != expected_bytes_sent(algo, op, count, dtype, r, p);
         results.push_back(std::move(buffer));
       }
       EXPECT_EQ(global_sum(wrong), 0);

@@ -1,10 +1,8 @@
-// GroupedExecutor under mpiexec, on streams that make every missing dependency visible: the transfers of a step
-// complete at once (MPI, waited for in the step), while the reduces are deferred as long as the executor allows:
-// they run only when a later step's transfers wait for them, or at the end. A send of a range whose reduce has
-// not run yet sends the stale value; a receive into a scratch slot whose previous piece is still to be added
-// overwrites it: either makes the result differ from the point-to-point executor's (the MPI transport's), which
-// adds in the same order and so must agree bit for bit. Random BF16 and fp32 data, every op of ring and tree,
-// counts with unequal chunks and pieces of a few elements (many steps per round, a short last piece).
+// GroupedExecutor under mpiexec, on streams that make every missing dependency visible (grouped_mpi_transport.hpp:
+// reduces deferred as long as the executor allows): a missing dependency makes the result differ from the
+// point-to-point executor's (the MPI transport's), which adds in the same order and so must agree bit for bit. Random
+// BF16 and fp32 data, every op of ring and tree, counts with unequal chunks and pieces of a few elements (many steps
+// per round, a short last piece).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -17,70 +15,10 @@
 #include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "global_sum.hpp"
+#include "grouped_mpi_transport.hpp"
 
 namespace dptrain {
 namespace {
-
-class DeferredReduceStreams final : public StepStreams {
- public:
-  explicit DeferredReduceStreams(Transport& transport) : transport_(transport) {}
-
-  // The ReduceAdd to hand the executor: queues the addition (reading `incoming` only when it runs).
-  ReduceAdd reduce_add() {
-    return [this](void* acc, const void* in, std::size_t n, DType dtype) {
-      pending_.push_back({acc, in, n, dtype, kUnrecorded});
-    };
-  }
-
-  void transfers_wait_for_reduces(std::size_t step) override {
-    ++waits_;
-    run_pending([&](const Pending& p) { return p.step <= step; });
-  }
-  void transfer(std::span<const Message> sends, std::span<const Message> receives) override {
-    requests_.clear();
-    for (const Message& m : receives) requests_.push_back(transport_.irecv(m.peer, m.data, m.bytes));
-    for (const Message& m : sends) requests_.push_back(transport_.isend(m.peer, m.data, m.bytes));
-    transport_.wait_all(requests_);
-    ++groups_;
-  }
-  void reduces_wait_for_transfers() override {}
-  void record_reduces(std::size_t step) override {
-    for (Pending& p : pending_)
-      if (p.step == kUnrecorded) p.step = step;
-  }
-  void finish() override {
-    run_pending([](const Pending&) { return true; });
-  }
-
-  std::size_t groups() const { return groups_; }
-  std::size_t waits() const { return waits_; }
-
- private:
-  static constexpr std::size_t kUnrecorded = SIZE_MAX;
-  struct Pending {
-    void* acc;
-    const void* in;
-    std::size_t count;
-    DType dtype;
-    std::size_t step;
-  };
-
-  // Runs, in issue order, the pending reduces up to the last one `due` selects (a stream runs in order).
-  template <typename Due>
-  void run_pending(Due due) {
-    std::size_t last = 0;
-    for (std::size_t i = 0; i < pending_.size(); ++i)
-      if (due(pending_[i])) last = i + 1;
-    for (std::size_t i = 0; i < last; ++i)
-      host_reduce_add(pending_[i].acc, pending_[i].in, pending_[i].count, pending_[i].dtype);
-    pending_.erase(pending_.begin(), pending_.begin() + std::ptrdiff_t(last));
-  }
-
-  Transport& transport_;
-  std::vector<Pending> pending_;
-  std::vector<Request> requests_;
-  std::size_t groups_ = 0, waits_ = 0;
-};
 
 std::vector<std::byte> random_elements(DType dtype, std::size_t count, int rank, std::size_t seed) {
   std::mt19937 generator(unsigned(seed * 1000 + std::size_t(rank)));
@@ -118,7 +56,7 @@ long mismatches(const Case& c, MpiTransport& transport, std::size_t seed) {
   GroupedExecutor executor;
   Scratch grouped_scratch, reference_scratch;
   for (const Schedule& schedule : collective_schedules(c.algo, c.op, r, p, c.count)) {
-    executor.run(streams, schedule, grouped.data(), c.dtype, streams.reduce_add(), grouped_scratch, c.piece_bytes);
+    executor.run(streams, schedule, grouped.data(), c.dtype, streams.deferred(), grouped_scratch, c.piece_bytes);
     transport.execute(schedule, reference.data(), c.dtype, host_reduce_add, reference_scratch, c.piece_bytes);
   }
   const ElementRange defined = defined_range(c.op, c.count, p, r);
@@ -163,7 +101,7 @@ TEST(CommGroupedExecutor, RingReduceScatterIsOneGroupPerPieceAndRunsAtMostTheSlo
   GroupedExecutor executor;
   Scratch scratch;
   const Schedule schedule = ring_reduce_scatter_schedule(r, p, count);
-  executor.run(streams, schedule, data.data(), DType::f32, streams.reduce_add(), scratch, 3 * sizeof(float));
+  executor.run(streams, schedule, data.data(), DType::f32, streams.deferred(), scratch, 3 * sizeof(float));
   EXPECT_EQ(streams.groups(), std::size_t(p - 1) * 10);
   EXPECT_EQ(streams.waits(), std::size_t(p - 1) * 10 - GroupedExecutor::kSlotsPerReduce);
   const GroupedExecutor::Plan plan = GroupedExecutor::plan(schedule, 3);
