@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the GPU checks (gpu-check.sh, gpu-check-multi.sh) on a bare GPU machine: unpacks the carried build,
 # points the loader at it and at CUDA 13's runtime, cuBLASLt and NCCL (the toolkit's, else those of the Python
 # packages beside PyTorch), and records what machine this is in $OUT/device.txt and $OUT/device-name.txt.
@@ -6,7 +7,7 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$root/gpu-check-out}"
 mkdir -p "$OUT"
-cd "$root"
+cd "$root" || exit 2
 log() { echo "gpu-check | $*" | tee -a "$OUT/progress.txt"; }
 started=$(date +%s)
 
