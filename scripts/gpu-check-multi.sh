@@ -13,7 +13,10 @@
 #      communication, memory per rank;
 # and writes the summary to $OUT/check-multi-<date>.json (commit it under docs/gpu/).
 # Usage (on the GPU machine, from the repository root): OUT=/some/dir scripts/gpu-check-multi.sh
+# GPU_CHECK_DEVICE=cpu tries the script's own workings where there is no GPU: the training comparisons run on the
+# cpu backend, dpbench --device cuda is expected to refuse, and the gpt2-124m runs are left out.
 source "$(dirname "$0")/gpu-env.sh"
+device="${GPU_CHECK_DEVICE:-cuda}"
 export DPTRAIN_RANKS_PER_GPU=2 OMP_NUM_THREADS=2
 nccl_version=$(python3 -c 'import ctypes; v = ctypes.c_int(); ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v)); print(v.value)' 2>/dev/null || echo 0)
 log "NCCL version code $nccl_version"
@@ -50,7 +53,7 @@ PY
 train() {  # name ranks flags...: a small-config run on the GPU
   local name=$1 ranks=$2
   shift 2
-  local args=(--device cuda --config configs/small.toml --data "$OUT/corpus.txt" --batch 16 --steps 20
+  local args=(--device "$device" --config configs/small.toml --data "$OUT/corpus.txt" --batch 16 --steps 20
               --eval-every 0 --link alpha=20us,bw=5GB/s --log "$OUT/small-$name.jsonl" "$@")
   log "small $name: $ranks rank(s) $*"
   if [ "$ranks" = 1 ]; then
@@ -71,6 +74,7 @@ train w2-fp32-no-overlap 2 --grad-dtype fp32 --no-overlap
 
 # ---- 3. gpt2-124m on two ranks, ZeRO 0-3 --------------------------------------------------------------------------
 for z in 0 1 2 3; do
+  [ "$device" = cuda ] || break
   log "gpt2-124m 2 ranks --zero $z"
   two_ranks "$bin/dptrain" --device cuda --config configs/gpt2-124m.toml --data "$OUT/corpus.txt" --batch 16 \
     --steps 8 --warmup 2 --eval-every 0 --zero "$z" --log "$OUT/gpt2-zero$z.jsonl" > "$OUT/gpt2-zero$z.txt" 2>&1
@@ -89,6 +93,12 @@ def records(path):
     except (OSError, ValueError):
         return []
 
+def document(path, empty):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):  # missing, or left empty by a run that failed
+        return empty
+
 def losses(name):
     return [r["loss"] for r in records(os.path.join(out, f"small-{name}.jsonl")) if "loss" in r and "event" not in r]
 
@@ -99,7 +109,7 @@ def max_relative(a, b):
 
 nccl_log = open(os.path.join(out, "dpbench-nccl.txt")).read() if os.path.exists(os.path.join(out, "dpbench-nccl.txt")) else ""
 transport = sorted(set(re.findall(r"via (NET/\S+|P2P/\S+|SHM/\S+|P2P|SHM)", nccl_log)))
-rows = json.load(open(os.path.join(out, "dpbench-cuda.json"))) if os.path.exists(os.path.join(out, "dpbench-cuda.json")) else []
+rows = document(os.path.join(out, "dpbench-cuda.json"), [])
 busbw = {(r["size"], r["algo"]): r["busbw"] for r in rows}
 ratio = {str(size): busbw[(size, "ring")] / busbw[(size, "native")]
          for (size, algo) in busbw if algo == "ring" and (size, "native") in busbw and busbw[(size, "native")] > 0}
