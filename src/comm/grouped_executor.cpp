@@ -7,19 +7,6 @@
 #include "schedule_pieces.hpp"
 
 namespace dptrain {
-namespace {
-
-// The k-th piece of `range` cut into pieces of piece_elements (empty past its end).
-ElementRange piece_of(ElementRange range, std::size_t piece_elements, std::size_t k) {
-  const std::size_t offset = std::min(range.count, k * piece_elements);
-  return {range.begin + offset, std::min(piece_elements, range.count - offset)};
-}
-
-std::size_t pieces_of(ElementRange range, std::size_t piece_elements) {
-  return range.count / piece_elements + (range.count % piece_elements != 0);  // piece_elements may be huge
-}
-
-}  // namespace
 
 GroupedExecutor::Plan GroupedExecutor::plan(const Schedule& schedule, std::size_t piece_elements) {
   Plan plan;

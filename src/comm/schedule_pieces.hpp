@@ -56,12 +56,21 @@ class LatestTouch {
   std::map<std::size_t, Interval> intervals_;  // begin → interval
 };
 
-// Calls add(piece range) for each piece of at most piece_elements of `range`, in order.
+// How many pieces of at most piece_elements `range` is cut into (piece_elements may be huge: whole messages).
+inline std::size_t pieces_of(ElementRange range, std::size_t piece_elements) {
+  return range.count / piece_elements + (range.count % piece_elements != 0);
+}
+
+// Piece k of `range` (empty past its end).
+inline ElementRange piece_of(ElementRange range, std::size_t piece_elements, std::size_t k) {
+  const std::size_t offset = k < pieces_of(range, piece_elements) ? k * piece_elements : range.count;
+  return {range.begin + offset, std::min(piece_elements, range.count - offset)};
+}
+
+// Calls add(piece range) for each piece of `range`, in order.
 template <typename Add>
 void for_each_piece(ElementRange range, std::size_t piece_elements, Add&& add) {
-  for (std::size_t offset = 0; offset < range.count; offset += piece_elements) {
-    add(ElementRange{range.begin + offset, std::min(piece_elements, range.count - offset)});
-  }
+  for (std::size_t k = 0; k < pieces_of(range, piece_elements); ++k) add(piece_of(range, piece_elements, k));
 }
 
 }  // namespace dptrain

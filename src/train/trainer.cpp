@@ -32,10 +32,9 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   validate(options_, world_.size());
   placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
   backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_);
-  require(world_.size() == 1 || multi_rank_unsupported(backend_->name()).empty(),
-          "--device {}: {} ranks: {}; run "
-          "one rank per job on a GPU, or --device cpu",
-          backend_->name(), world_.size(), multi_rank_unsupported(backend_->name()));
+  const std::string unsupported = world_.size() > 1 ? multi_rank_unsupported(backend_->name()) : "";
+  require(unsupported.empty(), "--device {}: {} ranks: {}; run one rank per job on a GPU, or --device cpu",
+          backend_->name(), world_.size(), unsupported);
   // Before anything large is allocated: a run that cannot fit is refused with the estimate and what is available
   // (the GPU's free memory, shared by the ranks placed on it; else the host's, shared by the node's ranks).
   const bool own_memory = backend_->device().memory_free() > 0;
@@ -108,10 +107,10 @@ void Trainer::connect() {
   require_same_on_every_rank(world_, values);
   transport_ = connect_run_transport(*backend_, parse_algorithm(options_.allreduce), engine_->comm_stream(),
                                      placement_.gpu(), options_.comm_timeout);
-  collectives_ = transport_.collectives.get();
   if (options_.link.empty()) {
     const std::size_t gradient_bytes = engine_->layout().total() * element_size(options_.grad_dtype);
-    link_ = calibrate_link(*collectives_, backend_->device(), std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0);
+    link_ = calibrate_link(*transport_.collectives, backend_->device(),
+                           std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0);
   }
   // MFU's peak: the flag, else a known GPU's datasheet figure, else a GEMM probe on every rank (on the cpu they
   // share the node's cores, as in training); the model uses the mean.
@@ -124,7 +123,7 @@ void Trainer::connect() {
                  : gpu                    ? fmt::format("{} datasheet, dense BF16", gpu->label)
                                           : fmt::format("{} GEMM probe", backend_->name());
   peak_flops_ = world_.sum_in_rank_order(peak) / world_.size();
-  engine_->set_collectives(collectives_);
+  engine_->set_collectives(transport_.collectives.get());
 }
 
 void Trainer::say(const std::string& line) const {
@@ -227,7 +226,7 @@ int Trainer::run() {
     const StepResult result =
         engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
     const double seconds = watch.seconds();
-    std::vector<CommRecord> calls = collectives_->log().take();
+    std::vector<CommRecord> calls = transport_.collectives->log().take();
     // Outside the timed step: its skew and transfer (collective_skew.hpp), and whether a stop signal reached any
     // rank (then every rank stops after this same step). On the comm executor, under --comm-timeout's watch, as
     // every collective between steps: a rank that stops or dies there ends the job, it does not hang it.
@@ -272,7 +271,7 @@ int Trainer::run() {
 
     const bool save_due = last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0);
     if (!options_.save.empty() && (save_due || (stop_signal != 0 && !last))) save(step + 1);
-    collectives_->log().take();  // evaluation, checks and checkpoints are not part of a step
+    transport_.collectives->log().take();  // evaluation, checks and checkpoints are not part of a step
     if (stop_signal != 0 && !last) {
       complain(fmt::format(
           "dptrain: stopped by {} after step {} of {}; {}", stop_signal_name(stop_signal), step + 1, options_.steps,

@@ -56,7 +56,6 @@ class Trainer {
   Placement placement_;  // the rank's node and GPU
   std::unique_ptr<Backend> backend_;
   RunTransport transport_;
-  Collectives* collectives_ = nullptr;  // transport_'s
   std::unique_ptr<DataParallelEngine> engine_;
   MetricsLog log_;
   LinkSource link_;
