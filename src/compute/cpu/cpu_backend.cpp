@@ -57,6 +57,32 @@ inline float tanh_rational(float x) {
   return std::abs(x) < 0.0004f ? x : p / q;  // tanh x = x in fp32 below 4e-4
 }
 
+// A matmul's work cut into tiles for the rank's threads, each tile one single-threaded sgemm (OpenBLAS runs on
+// the calling thread inside a parallel region): whole windows (rows) × blocks of columns. No tile splits a GEMM's
+// k sum, and a column block is computed exactly as the whole row would be, so every element has the same bits for
+// any thread count and any tiling. Columns are split only when there are fewer than two windows per thread (a
+// small micro-batch), in blocks of multiples of 16 columns.
+class TileGrid {
+ public:
+  struct Tile {
+    std::size_t window, begin, end;  // columns [begin, end) of window `window`
+  };
+  TileGrid(std::size_t windows, std::size_t columns) : windows_(windows), columns_(columns) {
+    const std::size_t threads = std::size_t(omp_get_max_threads());
+    const std::size_t blocks = threads == 1 ? 1 : std::max<std::size_t>(1, (2 * threads + windows - 1) / windows);
+    width_ = std::min(columns, ((columns + blocks - 1) / blocks + 15) / 16 * 16);
+    blocks_ = (columns + width_ - 1) / width_;
+  }
+  std::size_t tiles() const { return windows_ * blocks_; }
+  Tile tile(std::size_t i) const {
+    const std::size_t begin = (i % blocks_) * width_;
+    return {i / blocks_, begin, std::min(columns_, begin + width_)};
+  }
+
+ private:
+  std::size_t windows_, columns_, width_ = 0, blocks_ = 1;
+};
+
 float* f(void* p) { return static_cast<float*>(p); }
 const float* f(const void* p) { return static_cast<const float*>(p); }
 
@@ -121,6 +147,10 @@ class CpuBackend final : public Backend {
   }
 
   std::size_t weight_view_bytes() const override { return mirrors_.size() * view_elements_ * sizeof(float); }
+
+  // Attention backward's [T,T] per thread, reserved with the activations so that no step allocates.
+  void reserve_scratch(const ModelConfig& config, std::size_t rows) override { attention_scratch(config.seq); }
+  std::size_t scratch_bytes() const override { return attention_scratch_.size() * sizeof(float); }
 
   void embedding_forward(void* out_, const std::int32_t* tokens, const void* wte_, const void* wpe_,
                          std::size_t N, std::size_t T, std::size_t C) override {
@@ -220,13 +250,17 @@ class CpuBackend final : public Backend {
     float* out = f(out_);
     const float *in = f(in_), *w = f(w_), *bias = f(bias_);
     DP_ASSERT(T > 0 && N % T == 0);
-    if (bias) {
+    // out_w[T, cols] = in_w[T,C]·w[cols,C]ᵀ (+ bias[cols]) per tile (window w, block of output columns).
+    const TileGrid grid(N / T, OC);
 #pragma omp parallel for schedule(static)
-      for (std::size_t i = 0; i < N; ++i) std::memcpy(out + i * OC, bias, OC * sizeof(float));
+    for (std::size_t tile = 0; tile < grid.tiles(); ++tile) {
+      const auto [window, o0, o1] = grid.tile(tile);
+      float* o = out + window * T * OC + o0;
+      if (bias)
+        for (std::size_t r = 0; r < T; ++r) std::memcpy(o + r * OC, bias + o0, (o1 - o0) * sizeof(float));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(o1 - o0), int(C), 1.0f, in + window * T * C,
+                  int(C), w + o0 * C, int(C), bias ? 1.0f : 0.0f, o, int(OC));
     }
-    for (std::size_t row = 0; row < N; row += T)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(OC), int(C), 1.0f, in + row * C, int(C), w,
-                  int(C), bias ? 1.0f : 0.0f, out + row * OC, int(OC));
   }
 
   void matmul_backward(void* din_, void* dw_, void* dbias_, const void* dout_, const void* in_, const void* w_,
@@ -234,12 +268,27 @@ class CpuBackend final : public Backend {
     float *din = f(din_), *dw = f(dw_), *dbias = f(dbias_);
     const float *dout = f(dout_), *in = f(in_), *w = f(w_);
     DP_ASSERT(T > 0 && N % T == 0);
-    for (std::size_t row = 0; row < N; row += T) {
-      if (din)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(C), int(OC), 1.0f, dout + row * OC,
-                    int(OC), w, int(C), 1.0f, din + row * C, int(C));
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(OC), int(C), int(T), 1.0f, dout + row * OC, int(OC),
-                  in + row * C, int(C), 1.0f, dw, int(C));
+    const std::size_t windows = N / T;
+    if (din) {
+      // din_w[T, cols] += dout_w[T,OC]·w[OC, cols] per tile (window, block of input columns).
+      const TileGrid grid(windows, C);
+#pragma omp parallel for schedule(static)
+      for (std::size_t tile = 0; tile < grid.tiles(); ++tile) {
+        const auto [window, c0, c1] = grid.tile(tile);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(c1 - c0), int(OC), 1.0f,
+                    dout + window * T * OC, int(OC), w + c0, int(C), 1.0f, din + window * T * C + c0, int(C));
+      }
+    }
+    // dw[rows, C] += dout_w[T, rows]ᵀ·in_w[T,C], window after window: each thread owns a block of dw's rows, so
+    // every element sums its windows in window order whatever the thread count.
+    const TileGrid rows(1, OC);
+#pragma omp parallel for schedule(static)
+    for (std::size_t block = 0; block < rows.tiles(); ++block) {
+      const TileGrid::Tile dw_rows = rows.tile(block);
+      const std::size_t o0 = dw_rows.begin, o1 = dw_rows.end;
+      for (std::size_t window = 0; window < windows; ++window)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(o1 - o0), int(C), int(T), 1.0f,
+                    dout + window * T * OC + o0, int(OC), in + window * T * C, int(C), 1.0f, dw + o0 * C, int(C));
     }
     if (dbias) {
 #pragma omp parallel for schedule(static)
@@ -295,7 +344,7 @@ class CpuBackend final : public Backend {
     const std::size_t hs = head.hs;
     const float scale = head.scale;
     const int ld = head.ld_qkv;
-    std::vector<float> scratch(std::size_t(omp_get_max_threads()) * T * T);  // dP then dS, per thread
+    float* scratch = attention_scratch(T);  // dP then dS, [T,T] per thread
 #pragma omp parallel for schedule(static)
     for (std::size_t bh = 0; bh < B * NH; ++bh) {
       const float* q = qkv + head.qkv(bh);
@@ -306,7 +355,7 @@ class CpuBackend final : public Backend {
       float* dv = dq + 2 * C;
       const float* p = probs + head.probs(bh);
       const float* dO = dout + head.out(bh);
-      float* ds = scratch.data() + std::size_t(omp_get_thread_num()) * T * T;
+      float* ds = scratch + std::size_t(omp_get_thread_num()) * T * T;
       // dP = dO·vᵀ; dv += pᵀ·dO
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hs), 1.0f, dO, int(C), v, ld, 0.0f,
                   ds, int(T));
@@ -444,7 +493,15 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Grows only where the thread count or T exceeds what was reserved (a caller that never reserved).
+  float* attention_scratch(std::size_t T) {
+    const std::size_t needed = std::size_t(omp_get_max_threads()) * T * T;
+    if (attention_scratch_.size() < needed) attention_scratch_.resize(needed);
+    return attention_scratch_.data();
+  }
+
   std::unique_ptr<Device> device_;
+  std::vector<float> attention_scratch_;
   std::vector<Buffer> mirrors_;  // the weight views, view_elements_ fp32 each
   std::vector<bool> in_use_;
   std::size_t view_elements_ = 0;
