@@ -155,8 +155,11 @@ std::vector<TrainOption> make_table() {
       entry("--bucket-mb",
             "Gradient unit (bucket) size in MiB: consecutive blocks share a collective up to this; 0: one per block",
             DPTRAIN_FIELD(bucket_mb), all, saved),
-      entry("--no-overlap", "Issue the gradient collectives after backward ends (for comparison)",
-            DPTRAIN_FIELD(no_overlap), all, saved),
+      entry("--overlap",
+            "Gradient collectives during backward: on, off (after backward ends), or auto (both timed on steps 2-7, "
+            "the faster kept)",
+            DPTRAIN_FIELD(overlap), all, unsaved),
+      entry("--no-overlap", "The same as --overlap off", DPTRAIN_FIELD(no_overlap), all, saved),
       entry("--grad-accum", "Micro-steps per step (gradient accumulation); the batch stays --batch",
             DPTRAIN_FIELD(grad_accum), all, saved),
       // Each rank watches its own waits; a rank with a shorter timeout only ends a stuck job sooner.

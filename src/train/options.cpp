@@ -83,6 +83,9 @@ void validate(const TrainOptions& o, int world_size) {
           o.batch, world_size, o.grad_accum);
   require(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
           "--device: unknown device '{}' (expected auto, cpu or cuda)", o.device);
+  require(o.overlap == "on" || o.overlap == "off" || o.overlap == "auto",
+          "--overlap: unknown mode '{}' (expected on, off or auto)", o.overlap);
+  require(!o.no_overlap || o.overlap != "on", "--no-overlap contradicts --overlap on");
   require(o.allreduce == "ring" || o.allreduce == "tree" || o.allreduce == "native",
           "--allreduce: unknown algorithm '{}' (expected ring, tree or native)", o.allreduce);
 }

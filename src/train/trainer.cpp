@@ -30,6 +30,7 @@ namespace dptrain {
 
 Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
   validate(options_, world_.size());
+  overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
   placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
   backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_);
   const std::string unsupported = world_.size() > 1 ? multi_rank_unsupported(backend_->name()) : "";
@@ -63,7 +64,7 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   const EngineSettings settings{.grad_dtype = options_.grad_dtype,
                                 .zero_stage = options_.zero,
                                 .bucket_mb = options_.bucket_mb,
-                                .overlap = !options_.no_overlap,
+                                .overlap = overlap_choice_.overlap_for_step(0),
                                 .grad_accum = options_.grad_accum,
                                 .comm_timeout_s = options_.comm_timeout};
   engine_ =
@@ -198,15 +199,19 @@ int Trainer::run() {
       world_.size(), threads_, options_.batch, m.seq, tokens_per_step, options_.grad_accum,
       dtype_name(options_.grad_dtype), options_.allreduce, transport_.name));
   say(fmt::format("dptrain | ZeRO {} | {} units (bucket {} MiB) | overlap {}", options_.zero, plan.units().size(),
-                  options_.bucket_mb, options_.no_overlap ? "off" : "on"));
+                  options_.bucket_mb,
+                  overlap_choice_.mode() == "auto"
+                      ? fmt::format("auto (on and off timed alternately on steps 2-{}, the faster kept)",
+                                    1 + 2 * OverlapChoice::kTrialPairs)
+                      : overlap_choice_.mode()));
   say(fmt::format("dptrain | device {} ({}) | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
                   backend_->device().name(), link_.description, peak_flops_ / 1e9, peak_source_));
-  const RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
+  RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
                        .tokens_per_step = tokens_per_step,
                        .steps = options_.steps,
                        .ranks = world_.size(),
                        .peak_flops = peak_flops_,
-                       .overlap = !options_.no_overlap};
+                       .overlap = overlap_choice_.overlap_for_step(0)};
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
   catch_stop_signals();
   if (first_step_ > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step_));
@@ -222,6 +227,9 @@ int Trainer::run() {
   for (int step = first_step_; step < options_.steps; ++step) {
     fill_local_windows(step);
     const double lr = learning_rate(step, options_.steps, options_.warmup, options_.lr, options_.min_lr);
+    const int index = step - first_step_;  // of this run's steps
+    shape.overlap = overlap_choice_.overlap_for_step(index);
+    engine_->set_overlap(shape.overlap);
     Stopwatch watch;
     const StepResult result =
         engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
@@ -231,13 +239,17 @@ int Trainer::run() {
     // rank (then every rank stops after this same step). On the comm executor, under --comm-timeout's watch, as
     // every collective between steps: a rank that stops or dies there ends the job, it does not hang it.
     int stop_signal = 0;
+    double slowest_seconds = seconds;  // over ranks: --overlap auto decides alike on every rank
     engine_->run_on_comm_executor(
         [&] {
           split_skew(calls, world_.all_gather(entry_times(calls)), world_.size());
-          stop_signal = int(world_.max_over_ranks({double(stop_signal_received())})[0]);
+          const std::vector<double> maxima = world_.max_over_ranks({double(stop_signal_received()), seconds});
+          stop_signal = int(maxima[0]);
+          slowest_seconds = maxima[1];
         },
-        "the exchange of entry times and stop requests");
-    const StepComm comm = account_step_comm(calls, result.unit_backward_s, !options_.no_overlap, world_.size(),
+        "the exchange of entry times, step times and stop requests");
+    if (const auto choice = overlap_choice_.record(index, slowest_seconds)) say(*choice);
+    const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(),
                                             link_.link, totals.collectives);
     const std::string skipped = result.finite
                                     ? std::string()
@@ -281,6 +293,7 @@ int Trainer::run() {
       return 128 + stop_signal;
     }
   }
+  shape.overlap = overlap_choice_.overlap();
   summarise(shape, totals);
   gather_trace();
   return 0;
@@ -300,7 +313,8 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
                                           .memory_mine = mine,
                                           .memory_largest = largest,
                                           .first_step = first_step_,
-                                          .threads = threads_});
+                                          .threads = threads_,
+                                          .overlap_choice = overlap_choice_.summary()});
   for (const std::string& line : summary.lines) say(line);
   log_.write(summary.record);
 }

@@ -35,7 +35,7 @@ const std::map<std::string, Sample>& samples() {
       {"--eval-every", {"9", "9"}},         {"--eval-windows", {"5", "5"}},
       {"--device", {"cpu", "cpu"}},         {"--allreduce", {"tree", "tree"}},    {"--grad-dtype", {"fp32", "fp32"}},
       {"--check-every", {"3", "3"}},        {"--zero", {"2", "2"}},
-      {"--bucket-mb", {"0.5", "0.5"}},      {"--no-overlap", {"", "true"}},
+      {"--bucket-mb", {"0.5", "0.5"}},      {"--no-overlap", {"", "true"}},       {"--overlap", {"off", "off"}},
       {"--grad-accum", {"4", "4"}},         {"--link", {"ib-400g", "ib-400g"}},
       {"--comm-timeout", {"7.5", "7.5"}},
       {"--peak-tflops", {"1.5", "1.5"}},    {"--threads", {"3", "3"}},

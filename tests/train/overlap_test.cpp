@@ -54,7 +54,7 @@ TEST_F(Overlap, OnAndOffGiveBitwiseIdenticalWeightsAtThreeAndFourRanks) {
   for (int ranks : {3, 4}) {
     SCOPED_TRACE(fmt::format("{} ranks", ranks));
     const std::string flags = fmt::format("{} --batch 12 --bucket-mb 0", kExact);
-    const RunResult on = run(ranks, 6, flags, fmt::format("on{}", ranks));
+    const RunResult on = run(ranks, 6, flags + " --overlap on", fmt::format("on{}", ranks));
     const RunResult off = run(ranks, 6, flags + " --no-overlap", fmt::format("off{}", ranks));
     EXPECT_EQ(on.summary["overlap"], true);
     EXPECT_EQ(off.summary["overlap"], false);
@@ -123,7 +123,8 @@ TEST_F(Overlap, GradientAccumulationGivesBitwiseIdenticalWeights) {
 // with step, unit and bytes, and the collectives' names and sizes those of the plan's units.
 TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
   const std::string trace = dir_ / "trace3.json";
-  const RunResult r = run(3, 2, fmt::format("{} --batch 12 --bucket-mb 0 --zero 3 --trace {}", kExact, trace));
+  const RunResult r =
+      run(3, 2, fmt::format("{} --batch 12 --bucket-mb 0 --zero 3 --overlap on --trace {}", kExact, trace));
   ASSERT_EQ(r.exit_code, 0);
   std::ifstream in(trace);
   ASSERT_TRUE(in) << trace;
@@ -242,7 +243,8 @@ TEST_F(Overlap, EachCollectiveStartsAfterItsUnitsBackwardAndWhileBackwardRuns) {
   const std::string trace = dir_ / "trace2.json";
   const RunResult r = run(
       2, 3,
-      fmt::format("{} --layers 4 --width 256 --heads 4 --seq 128 --batch 8 --bucket-mb 0 --trace {}", kExact, trace));
+      fmt::format("{} --layers 4 --width 256 --heads 4 --seq 128 --batch 8 --bucket-mb 0 --overlap on --trace {}",
+                  kExact, trace));
   ASSERT_EQ(r.exit_code, 0);
   StepSpans spans = read_spans(trace);
   ASSERT_EQ(spans.collective.size(), 2u * 3u);  // 2 ranks × 3 steps
@@ -285,6 +287,36 @@ TEST_F(Overlap, WithoutOverlapEveryCollectiveStartsAfterBackwardEnds) {
   }
 }
 
+// --overlap auto (the default): steps 2-7 alternate on and off, the slower setting's median loses, and the run
+// trains bitwise what a run with overlap on throughout trains (at two ranks and at an odd three).
+TEST_F(Overlap, AutoTimesBothSettingsKeepsTheFasterAndTrainsTheSameBits) {
+  for (int ranks : {2, 3}) {
+    SCOPED_TRACE(fmt::format("{} ranks", ranks));
+    const std::string flags = fmt::format("{} --batch 12 --bucket-mb 0", kExact);
+    const RunResult on = run(ranks, 9, flags + " --overlap on");
+    const RunResult automatic = run(ranks, 9, flags);
+    EXPECT_EQ(automatic.losses, on.losses);
+    EXPECT_EQ(automatic.grad_norms, on.grad_norms);
+    const nlohmann::json& choice = automatic.summary["overlap_choice"];
+    EXPECT_EQ(choice["mode"], "auto");
+    EXPECT_EQ(choice["decided"], true);
+    const auto on_ms = choice["trial_on_ms"].get<std::vector<double>>();
+    const auto off_ms = choice["trial_off_ms"].get<std::vector<double>>();
+    ASSERT_EQ(on_ms.size(), 3u);
+    ASSERT_EQ(off_ms.size(), 3u);
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[1];
+    };
+    EXPECT_EQ(choice["overlap"], median(on_ms) <= median(off_ms));
+    EXPECT_EQ(automatic.summary["overlap"], choice["overlap"]);
+    // The trial's times are the steps' own (the slowest rank's, which rank 0's log cannot exceed).
+    for (double ms : on_ms) EXPECT_GT(ms, 0.0);
+    EXPECT_EQ(on.summary["overlap_choice"]["mode"], "on");
+    EXPECT_EQ(on.summary["overlap_choice"].count("trial_on_ms"), 0u);
+  }
+}
+
 TEST_F(Overlap, BadGradAccumAndZeroStageEndWithOneLineOnEveryRank) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--batch 12 --grad-accum 8",
@@ -293,6 +325,8 @@ TEST_F(Overlap, BadGradAccumAndZeroStageEndWithOneLineOnEveryRank) {
       {"--batch 12 --grad-accum 0", "dptrain: --grad-accum must be at least 1, got 0"},
       {"--batch 12 --zero 4", "dptrain: --zero: stage 4 does not exist (expected 0, 1, 2 or 3)"},
       {"--batch 12 --zero -1", "dptrain: --zero: stage -1 does not exist (expected 0, 1, 2 or 3)"},
+      {"--batch 12 --overlap sometimes", "dptrain: --overlap: unknown mode 'sometimes' (expected on, off or auto)"},
+      {"--batch 12 --overlap on --no-overlap", "dptrain: --no-overlap contradicts --overlap on"},
   };
   for (const auto& [flags, message] : cases) {
     SCOPED_TRACE(flags);

@@ -136,6 +136,8 @@ class DataParallelEngine {
   int rank() const { return group_.rank; }
   int ranks() const { return group_.size; }
   const EngineSettings& settings() const { return settings_; }
+  // Gradient overlap for the steps that follow (the same collectives in the same order either way).
+  void set_overlap(bool overlap) { settings_.overlap = overlap; }
   int optimizer_step() const { return optimizer_step_; }  // steps taken so far
 
   // The full BF16 weights [N]. Collective at stage 3 (every rank calls it; the units are all-gathered).

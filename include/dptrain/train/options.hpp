@@ -37,7 +37,8 @@ struct TrainOptions {
   int check_every = 100;      // weight-hash comparison across ranks
   int zero = 0;               // ZeRO stage 0–3
   double bucket_mb = 25;      // gradient unit size in MiB; 0: one unit per block
-  bool no_overlap = false;    // issue the gradient collectives after backward instead of during it
+  std::string overlap = "auto";  // on, off, or auto: both timed on the first steps, the faster kept
+  bool no_overlap = false;    // the same as overlap = "off"
   int grad_accum = 1;         // micro-steps per step
   double comm_timeout = 300;  // seconds a collective may take before the job is ended (a stopped rank, a dead link)
 

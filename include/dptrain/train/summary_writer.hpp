@@ -40,6 +40,7 @@ struct SummaryInputs {
   std::vector<double> memory_mine, memory_largest;  // memory_figures() of this rank and the maximum over ranks
   int first_step = 0;  // loop steps done before this run (a resume)
   int threads = 1;     // per rank
+  nlohmann::json overlap_choice;  // OverlapChoice::summary()
 };
 
 struct RunSummary {

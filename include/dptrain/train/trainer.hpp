@@ -12,6 +12,7 @@
 #include "dptrain/train/metrics_log.hpp"
 #include "dptrain/train/mpi_world.hpp"
 #include "dptrain/train/options.hpp"
+#include "dptrain/train/overlap_choice.hpp"
 #include "dptrain/train/run_transport.hpp"
 #include "dptrain/train/summary_writer.hpp"
 
@@ -62,6 +63,7 @@ class Trainer {
   double peak_flops_ = 0;  // per rank
   std::string peak_source_;
   int first_step_ = 0;  // loop steps done before this run: the resumed checkpoint's step, or 0
+  OverlapChoice overlap_choice_{"on"};
   int threads_ = 1;
   std::size_t local_windows_ = 0;
   std::vector<std::int32_t> windows_;  // [local_windows, Q+1]
