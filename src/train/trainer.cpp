@@ -19,6 +19,7 @@
 #include "dptrain/train/checkpoint_directory.hpp"
 #include "dptrain/train/memory_estimate.hpp"
 #include "dptrain/train/memory_report.hpp"
+#include "dptrain/train/op_times_report.hpp"
 #include "dptrain/train/option_table.hpp"
 #include "dptrain/train/rank_agreement.hpp"
 #include "dptrain/train/schedule.hpp"
@@ -33,6 +34,10 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
   placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
   backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_);
+  if (options_.op_times) {  // made on this thread, the compute thread: the comm executor's calls get rows apart
+    op_times_ = std::make_shared<OpTimes>();
+    backend_ = make_op_timing_backend(std::move(backend_), op_times_);
+  }
   const std::string unsupported = world_.size() > 1 ? multi_rank_unsupported(backend_->name()) : "";
   require(unsupported.empty(), "--device {}: {} ranks: {}; run one rank per job on a GPU, or --device cpu",
           backend_->name(), world_.size(), unsupported);
@@ -230,10 +235,18 @@ int Trainer::run() {
     const int index = step - first_step_;  // of this run's steps
     shape.overlap = overlap_choice_.overlap_for_step(index);
     engine_->set_overlap(shape.overlap);
+    // --op-times: the steps after the run's first (which warms caches and thread pools), the step alone.
+    const bool timed = op_times_ && step > first_step_;
+    if (timed) op_times_->set_enabled(true);
     Stopwatch watch;
     const StepResult result =
         engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
     const double seconds = watch.seconds();
+    if (timed) {
+      op_times_->set_enabled(false);
+      op_times_seconds_ += seconds;
+      ++op_times_steps_;
+    }
     std::vector<CommRecord> calls = transport_.collectives->log().take();
     // Outside the timed step: its skew and transfer (collective_skew.hpp), and whether a stop signal reached any
     // rank (then every rank stops after this same step). On the comm executor, under --comm-timeout's watch, as
@@ -304,18 +317,23 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
       memory_figures(engine_->memory(), peak_resident_bytes(), double(backend_->device().memory_in_use()));
   std::vector<double> largest;
   engine_->run_on_comm_executor([&] { largest = world_.max_over_ranks(mine); }, "the exchange of memory figures");
-  const RunSummary summary = run_summary({.options = options_,
-                                          .run = run,
-                                          .totals = totals,
-                                          .plan = engine_->plan(),
-                                          .parameters = engine_->layout().total(),
-                                          .link = link_,
-                                          .memory_mine = mine,
-                                          .memory_largest = largest,
-                                          .first_step = first_step_,
-                                          .threads = threads_,
-                                          .overlap_choice = overlap_choice_.summary()});
+  RunSummary summary = run_summary({.options = options_,
+                                    .run = run,
+                                    .totals = totals,
+                                    .plan = engine_->plan(),
+                                    .parameters = engine_->layout().total(),
+                                    .link = link_,
+                                    .memory_mine = mine,
+                                    .memory_largest = largest,
+                                    .first_step = first_step_,
+                                    .threads = threads_,
+                                    .overlap_choice = overlap_choice_.summary()});
   for (const std::string& line : summary.lines) say(line);
+  if (op_times_) {  // rank 0's own operations
+    const OpTimesReport report = op_times_report(op_times_->rows(), op_times_steps_, op_times_seconds_, peak_flops_);
+    for (const std::string& line : report.lines) say(line);
+    summary.record["op_times"] = report.rows;
+  }
   log_.write(summary.record);
 }
 

@@ -43,6 +43,7 @@ const std::map<std::string, Sample>& samples() {
       {"--save", {"ckpt", "ckpt"}},         {"--save-every", {"10", "10"}},
       {"--resume", {"old", "old"}},         {"--quiet", {"", "true"}},
       {"--overwrite", {"", "true"}},        {"--keep-last", {"3", "3"}},
+      {"--op-times", {"", "true"}},
   };
   return values;
 }
@@ -103,12 +104,13 @@ TEST(OptionTable, OnlyOptionsThatChangeNothingSharedMayDifferAcrossRanks) {
     if (option.agreement == Agreement::per_rank) per_rank.insert(option.flag);
   // --data and --device are agreed on in another form by the trainer: the tokens' hash, the device it resolves to.
   EXPECT_EQ(per_rank,
-            (std::set<std::string>{"--data", "--device", "--threads", "--log", "--quiet", "--comm-timeout"}));
+            (std::set<std::string>{"--data", "--device", "--threads", "--log", "--quiet", "--comm-timeout",
+                                   "--op-times"}));
 
   TrainOptions options;
   options.save = "ckpt";
   const std::vector<AgreedValue> shared = values_every_rank_shares(options);
-  ASSERT_EQ(shared.size(), train_option_table().size() - 6);
+  ASSERT_EQ(shared.size(), train_option_table().size() - 7);
   EXPECT_EQ(shared.front().name, "--vocab");
   EXPECT_EQ(shared.front().text, "256");
   const auto save = std::find_if(shared.begin(), shared.end(), [](const AgreedValue& v) { return v.name == "--save"; });

@@ -55,6 +55,7 @@ struct TrainOptions {
   bool overwrite = false;     // a fresh run may replace the checkpoints already in --save
   int keep_last = 0;          // step folders kept in --save after each save; 0: all
   bool quiet = false;         // no per-step lines
+  bool op_times = false;      // time every Backend operation of steps 2… and print the table at the end
 };
 
 // Parses argv (and a --config file). Returns nullopt when help was printed. Throws UserError on bad input.

@@ -6,6 +6,7 @@
 
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/compute/backend.hpp"
+#include "dptrain/compute/op_timing_backend.hpp"
 #include "dptrain/dp/engine.hpp"
 #include "dptrain/train/data.hpp"
 #include "dptrain/train/link_model.hpp"
@@ -56,6 +57,9 @@ class Trainer {
   std::unique_ptr<Dataset> data_;
   Placement placement_;  // the rank's node and GPU
   std::unique_ptr<Backend> backend_;
+  std::shared_ptr<OpTimes> op_times_;  // --op-times: backend_ times every operation into it
+  int op_times_steps_ = 0;             // the steps timed, and their wall time
+  double op_times_seconds_ = 0;
   RunTransport transport_;
   std::unique_ptr<DataParallelEngine> engine_;
   MetricsLog log_;
