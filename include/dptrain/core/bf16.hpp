@@ -12,15 +12,15 @@ namespace dptrain {
 
 inline float to_float(bf16 x) { return std::bit_cast<float>(static_cast<std::uint32_t>(x.bits) << 16); }
 
+// Branch-free (both results computed, one selected), so that loops calling it vectorize.
 inline bf16 to_bf16(float f) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
-    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};  // NaN: keep sign, force quiet bit
-  }
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   // Adding 0x7fff plus the lowest kept bit rounds half-way cases towards the even neighbour; carries into the
   // exponent give the correct next binade or Inf.
-  std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return bf16{static_cast<std::uint16_t>((u + rounding) >> 16)};
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (u >> 16) | 0x0040u;  // NaN: keep sign, force the quiet bit
+  const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return bf16{static_cast<std::uint16_t>(is_nan ? quiet_nan : rounded)};
 }
 
 // Rounds an fp32 value to the nearest BF16 value, returned as fp32.
