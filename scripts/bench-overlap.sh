@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Overlap of gradient communication with the backward pass: step time and exposed communication with and without
-# overlap, at several rank counts, for the small config and for a wide, shallow-batch config where communication
+# Overlap of gradient communication with the backward pass: step time and exposed communication with overlap on,
+# off and auto (on and off timed on steps 2-7, the faster kept; its row is the steps after that), at several rank
+# counts, for the small config and for a wide, shallow-batch config where communication
 # weighs more. Prints medians over the steps after the first two, measured next to the α–β model (calibrated once
 # per rank count with dpbench --fit).
 #
-#   scripts/bench-overlap.sh                  # np 2 and 4, 8 steps per run
+#   scripts/bench-overlap.sh                  # np 2 and 4, 12 steps per run
 #   NPS="2" STEPS=12 scripts/bench-overlap.sh
 #   NPS=2 ONLY="tiny small" scripts/bench-overlap.sh   # only the configs named
 #   DPTRAIN_MPI_WAIT=spin scripts/bench-overlap.sh     # the comm thread's wait policy (docs/cpu-speed.md)
@@ -15,7 +16,7 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 NPS=${NPS:-"2 4"}
-STEPS=${STEPS:-8}
+STEPS=${STEPS:-12}
 ONLY=${ONLY:-}
 dptrain_build --target dptrain dpbench
 work="$(mktemp -d)"
@@ -40,9 +41,8 @@ for np in $NPS; do
     name=${entry%%|*}
     flags=${entry#*|}
     [[ -n $ONLY && " $ONLY " != *" $name "* ]] && continue
-    for overlap in on off; do
-      extra=""
-      [[ $overlap == off ]] && extra="--no-overlap"
+    for overlap in on off auto; do
+      extra="--overlap $overlap"
       log="$work/${name//\//-}-$np-$overlap.jsonl"
       # shellcheck disable=SC2086
       mpirun -np "$np" --oversubscribe "$DPTRAIN_BUILD/dptrain" $flags $extra --steps "$STEPS" --eval-every 0 \
@@ -51,7 +51,12 @@ for np in $NPS; do
 import json, statistics, sys
 path, name, np, overlap = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
-steps = [r for r in rows if "event" not in r][2:]
+# auto: the steps after its trial (steps 2-7), labelled with the choice it made
+first = 7 if overlap == "auto" else 2
+steps = [r for r in rows if "event" not in r][first:] or [r for r in rows if "event" not in r][2:]
+if overlap == "auto":
+    choice = next(r for r in rows if r.get("event") == "summary")["overlap_choice"]
+    overlap = "auto:" + ("on" if choice["overlap"] else "off") if choice.get("decided") else "auto:?"
 med = lambda k: statistics.median(r[k] for r in steps)
 comm, exposed = med("comm_ms"), med("exposed_comm_ms")
 comm_m, exposed_m = med("comm_model_ms"), med("exposed_comm_model_ms")

@@ -53,11 +53,15 @@ dptrain_bench_setup() {
 
 # Two rounds of the caller's dptrain_tokens_per_s and pytorch_tokens_per_s, alternating; $1 names the peer's column.
 dptrain_peer_rounds() {
+  # ROUNDS (default 2) alternations of dptrain and the peer; the median of the rounds' ratios last.
   printf '%-8s %14s %14s %8s\n' round dptrain_tok/s "$1" ratio
-  local round d p
-  for round in 1 2; do
+  local round d p ratios=""
+  for round in $(seq 1 "${ROUNDS:-2}"); do
     d=$(dptrain_tokens_per_s)
     p=$(pytorch_tokens_per_s)
     awk -v r="$round" -v d="$d" -v p="$p" 'BEGIN { printf "%-8s %14.0f %14.0f %8.2f\n", r, d, p, d / p }'
+    ratios="$ratios $(awk -v d="$d" -v p="$p" 'BEGIN { print d / p }')"
   done
+  echo "$ratios" | tr ' ' '\n' | sed '/^$/d' | sort -g |
+    awk '{ r[NR] = $1 } END { m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2; printf "median ratio %.2f over %d rounds\n", m, NR }'
 }

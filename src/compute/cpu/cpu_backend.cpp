@@ -15,9 +15,14 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/reduce_add.hpp"
 #include "dptrain/core/timer.hpp"
+#include "vector_math.hpp"
 
 namespace dptrain {
 namespace {
+
+using cpu::lane_sum;
+using cpu::softmax_in_place;
+using cpu::tanh_rational;
 
 constexpr float kLayerNormEps = 1e-5f;
 const float kGeluScale = std::sqrt(2.0f / std::numbers::pi_v<float>);
@@ -35,52 +40,20 @@ struct HeadLayout {
   std::size_t probs(std::size_t bh) const { return bh * T * T; }
 };
 
-// tanh as a rational function (Eigen's ptanh_float: odd degree-13 numerator over even degree-6 denominator,
-// argument clamped to ±7.9053 where tanh rounds to ±1 in fp32; a few ulp from the correctly rounded value).
-// Branch-free, so the GELU loops vectorize: libm's scalar tanhf (through expm1f) took a fifth of a small-config
-// step (docs/cpu-speed.md).
-inline float tanh_rational(float x) {
-  const float clamped = std::clamp(x, -7.90531110763549805f, 7.90531110763549805f);
-  const float x2 = clamped * clamped;
-  float p = -2.76076847742355e-16f;
-  p = p * x2 + 2.00018790482477e-13f;
-  p = p * x2 + -8.60467152213735e-11f;
-  p = p * x2 + 5.12229709037114e-08f;
-  p = p * x2 + 1.48572235717979e-05f;
-  p = p * x2 + 6.37261928875436e-04f;
-  p = p * x2 + 4.89352455891786e-03f;
-  p = p * clamped;
-  float q = 1.19825839466702e-06f;
-  q = q * x2 + 1.18534705686654e-04f;
-  q = q * x2 + 2.26843463243900e-03f;
-  q = q * x2 + 4.89352518554385e-03f;
-  return std::abs(x) < 0.0004f ? x : p / q;  // tanh x = x in fp32 below 4e-4
-}
-
-// A matmul's work cut into tiles for the rank's threads, each tile one single-threaded sgemm (OpenBLAS runs on
-// the calling thread inside a parallel region): whole windows (rows) × blocks of columns. No tile splits a GEMM's
-// k sum, and a column block is computed exactly as the whole row would be, so every element has the same bits for
-// any thread count and any tiling. Columns are split only when there are fewer than two windows per thread (a
-// small micro-batch), in blocks of multiples of 16 columns.
-class TileGrid {
- public:
-  struct Tile {
-    std::size_t window, begin, end;  // columns [begin, end) of window `window`
-  };
-  TileGrid(std::size_t windows, std::size_t columns) : windows_(windows), columns_(columns) {
-    const std::size_t threads = std::size_t(omp_get_max_threads());
-    const std::size_t blocks = threads == 1 ? 1 : std::max<std::size_t>(1, (2 * threads + windows - 1) / windows);
-    width_ = std::min(columns, ((columns + blocks - 1) / blocks + 15) / 16 * 16);
-    blocks_ = (columns + width_ - 1) / width_;
-  }
-  std::size_t tiles() const { return windows_ * blocks_; }
-  Tile tile(std::size_t i) const {
-    const std::size_t begin = (i % blocks_) * width_;
-    return {i / blocks_, begin, std::min(columns_, begin + width_)};
-  }
-
- private:
-  std::size_t windows_, columns_, width_ = 0, blocks_ = 1;
+// The rows of a weight gradient dw[OC,C] cut into one block per thread, each a multiple of 16 rows but the last:
+// each thread sums its block's terms window after window with single-threaded sgemm calls (OpenBLAS runs on the
+// calling thread inside a parallel region). The blocks depend on the thread count and OC only, never on how many
+// windows share the call, so a micro-batch makes the same GEMM calls for its windows as the whole batch (OpenBLAS
+// may give other bits for another row count: docs/overlap.md); tests/compute/cpu_matmul_tiles_test.cpp checks 1-4
+// threads and several groupings of windows.
+struct RowBlocks {
+  std::size_t rows, width, count;
+  RowBlocks(std::size_t rows, std::size_t parts)
+      : rows(rows),
+        width(std::min(rows, ((rows + parts - 1) / parts + 15) / 16 * 16)),
+        count((rows + width - 1) / width) {}
+  std::size_t begin(std::size_t i) const { return i * width; }
+  std::size_t end(std::size_t i) const { return std::min(rows, (i + 1) * width); }
 };
 
 float* f(void* p) { return static_cast<float*>(p); }
@@ -104,8 +77,8 @@ class CpuBackend final : public Backend {
     const int n = 512;
     std::vector<float> a(std::size_t(n) * n, 0.5f), b(a), c(a.size());
     auto gemm = [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
-                  c.data(), n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                  n);
     };
     gemm();  // warm-up: thread pool and caches
     double best = 1e30;
@@ -152,8 +125,8 @@ class CpuBackend final : public Backend {
   void reserve_scratch(const ModelConfig& config, std::size_t rows) override { attention_scratch(config.seq); }
   std::size_t scratch_bytes() const override { return attention_scratch_.size() * sizeof(float); }
 
-  void embedding_forward(void* out_, const std::int32_t* tokens, const void* wte_, const void* wpe_,
-                         std::size_t N, std::size_t T, std::size_t C) override {
+  void embedding_forward(void* out_, const std::int32_t* tokens, const void* wte_, const void* wpe_, std::size_t N,
+                         std::size_t T, std::size_t C) override {
     float* out = f(out_);
     const float *wte = f(wte_), *wpe = f(wpe_);
 #pragma omp parallel for schedule(static)
@@ -165,8 +138,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void embedding_backward(void* dwte_, void* dwpe_, const void* dout_, const std::int32_t* tokens,
-                          std::size_t N, std::size_t T, std::size_t C) override {
+  void embedding_backward(void* dwte_, void* dwpe_, const void* dout_, const std::int32_t* tokens, std::size_t N,
+                          std::size_t T, std::size_t C) override {
     float *dwte = f(dwte_), *dwpe = f(dwpe_);
     const float* dout = f(dout_);
     // Parallel over channels: every thread owns whole columns, so repeated tokens never race and the
@@ -193,12 +166,8 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
       const float* x = in + i * C;
-      float m = 0.0f;
-      for (std::size_t c = 0; c < C; ++c) m += x[c];
-      m /= float(C);
-      float var = 0.0f;
-      for (std::size_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
-      var /= float(C);
+      const float m = lane_sum(C, [x](std::size_t c) { return x[c]; }) / float(C);
+      const float var = lane_sum(C, [x, m](std::size_t c) { return (x[c] - m) * (x[c] - m); }) / float(C);
       const float s = 1.0f / std::sqrt(var + kLayerNormEps);
       float* o = out + i * C;
       for (std::size_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
@@ -215,15 +184,10 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < N; ++i) {
       const float* d = dout + i * C;
       const float* x = in + i * C;
-      float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-      for (std::size_t c = 0; c < C; ++c) {
-        const float norm = (x[c] - mean[i]) * rstd[i];
-        const float dnorm = w[c] * d[c];
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
-      }
-      dnorm_mean /= float(C);
-      dnorm_norm_mean /= float(C);
+      const float mu = mean[i], r = rstd[i];
+      const float dnorm_mean = lane_sum(C, [w, d](std::size_t c) { return w[c] * d[c]; }) / float(C);
+      const float dnorm_norm_mean =
+          lane_sum(C, [w, d, x, mu, r](std::size_t c) { return w[c] * d[c] * ((x[c] - mu) * r); }) / float(C);
       float* dx = din + i * C;
       for (std::size_t c = 0; c < C; ++c) {
         const float norm = (x[c] - mean[i]) * rstd[i];
@@ -250,16 +214,15 @@ class CpuBackend final : public Backend {
     float* out = f(out_);
     const float *in = f(in_), *w = f(w_), *bias = f(bias_);
     DP_ASSERT(T > 0 && N % T == 0);
-    // out_w[T, cols] = in_w[T,C]·w[cols,C]ᵀ (+ bias[cols]) per tile (window w, block of output columns).
-    const TileGrid grid(N / T, OC);
+    // out_w[T,OC] = in_w[T,C]·wᵀ (+ bias) window by window, the windows shared among the threads (a window's
+    // product is not split: splitting its columns measured 20-30 % slower).
 #pragma omp parallel for schedule(static)
-    for (std::size_t tile = 0; tile < grid.tiles(); ++tile) {
-      const auto [window, o0, o1] = grid.tile(tile);
-      float* o = out + window * T * OC + o0;
+    for (std::size_t window = 0; window < N / T; ++window) {
+      float* o = out + window * T * OC;
       if (bias)
-        for (std::size_t r = 0; r < T; ++r) std::memcpy(o + r * OC, bias + o0, (o1 - o0) * sizeof(float));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(o1 - o0), int(C), 1.0f, in + window * T * C,
-                  int(C), w + o0 * C, int(C), bias ? 1.0f : 0.0f, o, int(OC));
+        for (std::size_t r = 0; r < T; ++r) std::memcpy(o + r * OC, bias, OC * sizeof(float));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(OC), int(C), 1.0f, in + window * T * C, int(C),
+                  w, int(C), bias ? 1.0f : 0.0f, o, int(OC));
     }
   }
 
@@ -270,22 +233,18 @@ class CpuBackend final : public Backend {
     DP_ASSERT(T > 0 && N % T == 0);
     const std::size_t windows = N / T;
     if (din) {
-      // din_w[T, cols] += dout_w[T,OC]·w[OC, cols] per tile (window, block of input columns).
-      const TileGrid grid(windows, C);
+      // din_w[T,C] += dout_w[T,OC]·w[OC,C] window by window.
 #pragma omp parallel for schedule(static)
-      for (std::size_t tile = 0; tile < grid.tiles(); ++tile) {
-        const auto [window, c0, c1] = grid.tile(tile);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(c1 - c0), int(OC), 1.0f,
-                    dout + window * T * OC, int(OC), w + c0, int(C), 1.0f, din + window * T * C + c0, int(C));
-      }
+      for (std::size_t window = 0; window < windows; ++window)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(C), int(OC), 1.0f, dout + window * T * OC,
+                    int(OC), w, int(C), 1.0f, din + window * T * C, int(C));
     }
-    // dw[rows, C] += dout_w[T, rows]ᵀ·in_w[T,C], window after window: each thread owns a block of dw's rows, so
-    // every element sums its windows in window order whatever the thread count.
-    const TileGrid rows(1, OC);
+    // dw[rows,C] += dout_w[T,rows]ᵀ·in_w[T,C], window after window: each thread owns a block of dw's rows, so
+    // every element sums its windows in window order.
+    const RowBlocks blocks(OC, std::size_t(omp_get_max_threads()));
 #pragma omp parallel for schedule(static)
-    for (std::size_t block = 0; block < rows.tiles(); ++block) {
-      const TileGrid::Tile dw_rows = rows.tile(block);
-      const std::size_t o0 = dw_rows.begin, o1 = dw_rows.end;
+    for (std::size_t block = 0; block < blocks.count; ++block) {
+      const std::size_t o0 = blocks.begin(block), o1 = blocks.end(block);
       for (std::size_t window = 0; window < windows; ++window)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(o1 - o0), int(C), int(T), 1.0f,
                     dout + window * T * OC + o0, int(OC), in + window * T * C, int(C), 1.0f, dw + o0 * C, int(C));
@@ -300,8 +259,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_forward(void* out_, void* probs_, const void* qkv_, std::size_t B, std::size_t T,
-                         std::size_t C, std::size_t NH) override {
+  void attention_forward(void* out_, void* probs_, const void* qkv_, std::size_t B, std::size_t T, std::size_t C,
+                         std::size_t NH) override {
     float *out = f(out_), *probs = f(probs_);
     const float* qkv = f(qkv_);
     const HeadLayout head(T, C, NH);
@@ -320,16 +279,8 @@ class CpuBackend final : public Backend {
                   int(T));
       for (std::size_t i = 0; i < T; ++i) {
         float* row = p + i * T;
-        float maxv = row[0];
-        for (std::size_t j = 1; j <= i; ++j) maxv = std::max(maxv, row[j]);
-        float sum = 0.0f;
-        for (std::size_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - maxv);
-          sum += row[j];
-        }
-        const float inv = 1.0f / sum;
-        for (std::size_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (std::size_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+        softmax_in_place(row, i + 1);  // the causal part: positions 0…i
+        std::fill(row + i + 1, row + T, 0.0f);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hs), int(T), 1.0f, p, int(T), v, ld, 0.0f,
                   out + head.out(bh), int(C));
@@ -357,22 +308,21 @@ class CpuBackend final : public Backend {
       const float* dO = dout + head.out(bh);
       float* ds = scratch + std::size_t(omp_get_thread_num()) * T * T;
       // dP = dO·vᵀ; dv += pᵀ·dO
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hs), 1.0f, dO, int(C), v, ld, 0.0f,
-                  ds, int(T));
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hs), int(T), 1.0f, p, int(T), dO, int(C),
-                  1.0f, dv, ld);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hs), 1.0f, dO, int(C), v, ld, 0.0f, ds,
+                  int(T));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hs), int(T), 1.0f, p, int(T), dO, int(C), 1.0f,
+                  dv, ld);
       // Softmax backward on the causal part: dS = p ⊙ (dP − Σ_j p·dP).
       for (std::size_t i = 0; i < T; ++i) {
         const float* pr = p + i * T;
         float* row = ds + i * T;
-        float dot = 0.0f;
-        for (std::size_t j = 0; j <= i; ++j) dot += pr[j] * row[j];
+        const float dot = lane_sum(i + 1, [pr, row](std::size_t j) { return pr[j] * row[j]; });
         for (std::size_t j = 0; j <= i; ++j) row[j] = pr[j] * (row[j] - dot);
         for (std::size_t j = i + 1; j < T; ++j) row[j] = 0.0f;
       }
       // dq += dS·k·scale; dk += dSᵀ·q·scale
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hs), int(T), scale, ds, int(T), k, ld,
-                  1.0f, dq, ld);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hs), int(T), scale, ds, int(T), k, ld, 1.0f,
+                  dq, ld);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hs), int(T), scale, ds, int(T), q, ld, 1.0f,
                   dk, ld);
     }
@@ -414,14 +364,7 @@ class CpuBackend final : public Backend {
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
       float* row = logits + i * V;
-      const float maxv = *std::max_element(row, row + V);
-      float sum = 0.0f;
-      for (std::size_t j = 0; j < V; ++j) {
-        row[j] = std::exp(row[j] - maxv);
-        sum += row[j];
-      }
-      const float inv = 1.0f / sum;
-      for (std::size_t j = 0; j < V; ++j) row[j] *= inv;
+      softmax_in_place(row, V);
       losses[i] = -std::log(std::max(row[targets[i]], 1e-30f));
     }
     double total = 0.0;
@@ -464,8 +407,8 @@ class CpuBackend final : public Backend {
     for (std::size_t k = 0; k < blocks; ++k) {
       double s = 0.0;
       for (std::size_t i = k * kBlock; i < std::min(n, (k + 1) * kBlock); ++i) {
-        const double g = dtype == DType::f32 ? static_cast<const float*>(grad)[i]
-                                             : to_float(static_cast<const bf16*>(grad)[i]);
+        const double g =
+            dtype == DType::f32 ? static_cast<const float*>(grad)[i] : to_float(static_cast<const bf16*>(grad)[i]);
         s += g * g;
       }
       partial[k] = s;

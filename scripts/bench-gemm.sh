@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GEMM efficiency of the cpu backend in training: the FLOP/s its GEMM-bearing operations reach inside a real step
+# (dptrain --op-times: matmul forward/backward, attention), against the library's own peak on this CPU, measured in
+# the same run: the best of OpenBLAS's sgemm on square matrices of 512, 1024 and 2048 with the same thread count
+# (through numpy, which calls the same libopenblas). Prints the peak, each operation's GFLOP/s and its share of it.
+# Usage: scripts/bench-gemm.sh [config (default configs/small.toml)] [threads (default: all cores)] [steps (12)]
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
+threads="${2:-$(nproc)}"
+steps="${3:-12}"
+dptrain_bench_setup
+
+library_peak_gflops() {
+  OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" /usr/bin/python3 - <<'PY'
+import time
+import numpy as np
+best = 0.0
+for n in (512, 1024, 2048):
+    a = np.random.default_rng(1).random((n, n), dtype=np.float32)
+    b = np.random.default_rng(2).random((n, n), dtype=np.float32)
+    a @ b  # warm-up: thread pool, caches
+    for _ in range(5):
+        start = time.perf_counter()
+        a @ b
+        best = max(best, 2.0 * n ** 3 / (time.perf_counter() - start) / 1e9)
+print(f"{best:.2f}")
+PY
+}
+
+dptrain_cpu_line
+echo "config $(basename "$config"), $threads thread(s), $steps steps (timed: 2..$steps)"
+peak=$(library_peak_gflops)
+echo "library peak: OpenBLAS sgemm, best of 512/1024/2048 square, $threads thread(s): $peak GFLOP/s"
+"$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" --threads "$threads" --eval-every 0 --check-every 0 \
+  --quiet --op-times --log "$work/run.jsonl" --peak-tflops "$(awk -v p="$peak" 'BEGIN { print p / 1000 }')" \
+  >/dev/null
+/usr/bin/python3 - "$work/run.jsonl" "$peak" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+summary = next(r for r in rows if r.get("event") == "summary")
+peak = float(sys.argv[2])
+gemm = [r for r in summary["op_times"] if r.get("gflops")]
+print(f"{'op':<22} {'ms/step':>9} {'share':>7} {'GFLOP/s':>9} {'of peak':>8}")
+for r in gemm:
+    print(f"{r['op']:<22} {r['ms_per_step']:9.1f} {100 * r['share']:6.1f}% {r['gflops']:9.1f} {100 * r['gflops'] / peak:7.0f}%")
+flops = sum(r["gflops"] * r["ms_per_step"] for r in gemm) / 1e3  # GFLOP per step
+ms = sum(r["ms_per_step"] for r in gemm)
+print(f"{'all of them':<22} {ms:9.1f} {100 * sum(r['share'] for r in gemm):6.1f}% {flops / ms * 1e3:9.1f} "
+      f"{100 * flops / ms * 1e3 / peak:7.0f}%")
+PY
