@@ -240,22 +240,20 @@ class CpuBackend final : public Backend {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(C), int(OC), 1.0f, dout + window * T * OC,
                     int(OC), w, int(C), 1.0f, din + window * T * C, int(C));
     }
-    // dw[rows,C] += dout_w[T,rows]ᵀ·in_w[T,C], window after window: each thread owns a block of dw's rows, so
-    // every element sums its windows in window order.
+    // dw[rows,C] += dout_w[T,rows]ᵀ·in_w[T,C] and dbias[rows] += Σ_t dout_w[t,rows], window after window: each
+    // thread owns a block of rows, so every element sums its windows (and dbias its rows) in order, and the bias
+    // reads the window's dout right after the GEMM did.
     const RowBlocks blocks(OC, std::size_t(omp_get_max_threads()));
 #pragma omp parallel for schedule(static)
     for (std::size_t block = 0; block < blocks.count; ++block) {
       const std::size_t o0 = blocks.begin(block), o1 = blocks.end(block);
-      for (std::size_t window = 0; window < windows; ++window)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(o1 - o0), int(C), int(T), 1.0f,
-                    dout + window * T * OC + o0, int(OC), in + window * T * C, int(C), 1.0f, dw + o0 * C, int(C));
-    }
-    if (dbias) {
-#pragma omp parallel for schedule(static)
-      for (std::size_t o0 = 0; o0 < OC; o0 += 16) {
-        const std::size_t o1 = std::min(OC, o0 + 16);
-        for (std::size_t i = 0; i < N; ++i)
-          for (std::size_t o = o0; o < o1; ++o) dbias[o] += dout[i * OC + o];
+      for (std::size_t window = 0; window < windows; ++window) {
+        const float* dout_w = dout + window * T * OC;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(o1 - o0), int(C), int(T), 1.0f, dout_w + o0,
+                    int(OC), in + window * T * C, int(C), 1.0f, dw + o0 * C, int(C));
+        if (dbias)
+          for (std::size_t t = 0; t < T; ++t)
+            for (std::size_t o = o0; o < o1; ++o) dbias[o] += dout_w[t * OC + o];
       }
     }
   }
