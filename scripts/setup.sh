@@ -2,7 +2,7 @@
 # Installs the Debian packages dptrain needs (as root), or prints the one apt-get line to run.
 set -euo pipefail
 packages=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libopenblas-openmp-dev libcli11-dev
-          nlohmann-json3-dev libfmt-dev libgtest-dev libxxhash-dev fortunes jq
+          nlohmann-json3-dev libfmt-dev libgtest-dev libxxhash-dev libdnnl-dev fortunes jq
           python3-venv python3-numpy)  # the virtual environment of scripts/python-env.sh
 # Optional peers for the benchmarks and plots (not needed to build or test): DPTRAIN_SETUP_EXTRAS=1.
 if [[ "${DPTRAIN_SETUP_EXTRAS:-0}" == 1 ]]; then packages+=(python3-torch python3-matplotlib python3-numpy); fi

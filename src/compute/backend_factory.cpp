@@ -54,9 +54,9 @@ std::string auto_backend_name() {
   return "cpu";
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement) {
+std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement, std::string_view cpu_gemm) {
   if (const std::string why = backend_unavailable(name, placement); !why.empty()) throw UserError(why);
-  if (name == "cpu") return make_cpu_backend();
+  if (name == "cpu") return make_cpu_backend(cpu_gemm);
 #ifdef DPTRAIN_HAVE_CUDA
   return make_cuda_backend(placement.gpu());
 #else

@@ -148,6 +148,8 @@ std::vector<TrainOption> make_table() {
       entry("--allreduce", "Gradient all-reduce: ring, tree or native (the MPI library's)", DPTRAIN_FIELD(allreduce),
             all, saved),
       entry("--grad-dtype", "Gradient and wire type: bf16 or fp32", DPTRAIN_FIELD(grad_dtype), all, saved),
+      entry("--cpu-gemm", "The cpu backend's sgemm library: openblas, or onednn where the build has it",
+            DPTRAIN_FIELD(cpu_gemm), all, unsaved),
       entry("--check-every", "Compare a hash of the weights across ranks every N steps", DPTRAIN_FIELD(check_every),
             all, unsaved),
       entry("--zero", "ZeRO stage: 0 (replicated), 1 (optimizer sharded), 2 (+ gradients), 3 (+ weights)",

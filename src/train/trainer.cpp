@@ -33,7 +33,8 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   validate(options_, world_.size());
   overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
   placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
-  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_);
+  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_,
+                          options_.cpu_gemm);
   if (options_.op_times) {  // made on this thread, the compute thread: the comm executor's calls get rows apart
     op_times_ = std::make_shared<OpTimes>();
     backend_ = make_op_timing_backend(std::move(backend_), op_times_);
@@ -210,7 +211,8 @@ int Trainer::run() {
                                     1 + 2 * OverlapChoice::kTrialPairs)
                       : overlap_choice_.mode()));
   say(fmt::format("dptrain | device {} ({}) | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
-                  backend_->device().name(), link_.description, peak_flops_ / 1e9, peak_source_));
+                  backend_->name() == "cpu" ? fmt::format("sgemm {}", options_.cpu_gemm) : backend_->device().name(),
+                  link_.description, peak_flops_ / 1e9, peak_source_));
   RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
                        .tokens_per_step = tokens_per_step,
                        .steps = options_.steps,

@@ -8,24 +8,32 @@
 #include <vector>
 
 #include "dptrain/compute/backend.hpp"
+#include "dptrain/compute/cpu_gemm.hpp"
 
 namespace dptrain::test {
 
 inline constexpr const char* kCudaOnCpu = "cuda_kernels_on_cpu";
 std::unique_ptr<Backend> make_cuda_on_cpu_backend();
 
-// The backends the suites run on: every backend of the factory, and the cuda backend's code on the CPU, which runs
-// wherever the tests do. A backend of the build that cannot run here (cuda without a GPU) is skipped by the tests
-// with backend_under_test_unavailable()'s reason.
+// The backends the suites run on: every backend of the factory, the cpu backend over oneDNN where built with it,
+// and the cuda backend's code on the CPU, which runs wherever the tests do. A backend of the build that cannot run
+// here (cuda without a GPU) is skipped by the tests with backend_under_test_unavailable()'s reason. The cpu backend
+// over oneDNN's sgemm (--cpu-gemm onednn), where the build has it.
+inline constexpr const char* kCpuOnednn = "cpu_onednn";
+
 inline std::vector<std::string> backends_under_test() {
   std::vector<std::string> names = backend_names();
+  for (const std::string& gemm : cpu_gemm_names())
+    if (gemm == "onednn") names.push_back(kCpuOnednn);
   names.push_back(kCudaOnCpu);
   return names;
 }
 inline std::unique_ptr<Backend> make_backend_under_test(const std::string& name) {
+  if (name == kCpuOnednn) return make_cpu_backend("onednn");
   return name == kCudaOnCpu ? make_cuda_on_cpu_backend() : make_backend(name);
 }
 inline std::string backend_under_test_unavailable(const std::string& name) {
+  if (name == kCpuOnednn) return cpu_gemm_unavailable("onednn");
   return name == kCudaOnCpu ? "" : backend_unavailable(name);
 }
 

@@ -1,9 +1,9 @@
 // The dptrain program end to end: bad input exits 2 with one clear line, the step line and JSONL records,
 // checkpoints, and a resumed run whose losses equal an uninterrupted run's bit for bit.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <fmt/format.h>
-
+#include "dptrain/compute/cpu_gemm.hpp"
 #include "test_support.hpp"
 
 namespace dptrain {
@@ -41,12 +41,14 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--lr -1", "--lr must be in (0, 10), got -1"},
       {"--grad-dtype fp16", "--grad-dtype: unknown type 'fp16' (expected bf16 or fp32)"},
       {"--allreduce ring2", "--allreduce: unknown algorithm 'ring2' (expected ring, tree or native)"},
+      {"--cpu-gemm mkl", "--cpu-gemm: unknown library 'mkl' (expected openblas"},
       {"--data " + (dir_ / "missing.txt"), "does not exist"},
       {"--data " + (dir_ / "empty.txt"), "is empty"},
       // Named as a shard, or binary, without the shard magic: a damaged shard, not text.
       {"--data " + (dir_ / "badshard.bin") + " --vocab 50257",
-       "data file '" + (dir_ / "badshard.bin") + "' is named as a token shard but has no shard header: it starts "
-       "with 67305985 where an llm.c token shard has magic 20240520"},
+       "data file '" + (dir_ / "badshard.bin") +
+           "' is named as a token shard but has no shard header: it starts "
+           "with 67305985 where an llm.c token shard has magic 20240520"},
       {"--data " + (dir_ / "blob.raw"), "is binary but not a token shard: it starts with 67305985"},
       {"--data /dev/zero", "data path '/dev/zero' is neither a regular file nor a directory"},
       {"--data " + (dir_ / "loop"), "is a symbolic link loop (it leads back to"},
@@ -117,7 +119,8 @@ TEST_F(DptrainProgram, StepLinesAndJsonlRecords) {
   ASSERT_EQ(records.size(), 5u);
   for (int s = 0; s < 4; ++s) {
     EXPECT_EQ(records[s]["step"], s + 1);
-    for (const char* key : {"loss", "lr", "grad_norm", "step_ms", "tokens_per_s"}) EXPECT_TRUE(records[s].contains(key));
+    for (const char* key : {"loss", "lr", "grad_norm", "step_ms", "tokens_per_s"})
+      EXPECT_TRUE(records[s].contains(key));
     EXPECT_EQ(records[s].contains("val_loss"), s % 2 == 1);
   }
   EXPECT_EQ(records[4]["event"], "summary");
@@ -125,10 +128,28 @@ TEST_F(DptrainProgram, StepLinesAndJsonlRecords) {
   EXPECT_DOUBLE_EQ(records[4]["tokens"].get<double>(), 4.0 * 8 * 16);
 }
 
+// --cpu-gemm onednn (where the build has it) trains the same model as OpenBLAS to fp32 rounding: the losses of 4
+// steps agree to 1e-5 relative (two sgemm libraries summing in different orders, amplified by 4 AdamW steps), and
+// the start-up line names the library.
+TEST_F(DptrainProgram, EveryCpuGemmLibraryTrainsTheSameModel) {
+  const auto reference =
+      testing::run_logged(dptrain("--steps 4 --log " + (dir_ / "openblas.jsonl")), dir_ / "openblas.jsonl");
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  EXPECT_NE(reference.output.find("device cpu (sgemm openblas)"), std::string::npos) << reference.output;
+  for (const std::string& gemm : cpu_gemm_names()) {
+    const std::string log = dir_ / (gemm + ".jsonl");
+    const auto r = testing::run_logged(dptrain("--steps 4 --cpu-gemm " + gemm + " --log " + log), log);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("device cpu (sgemm " + gemm + ")"), std::string::npos) << r.output;
+    ASSERT_EQ(r.losses.size(), 4u);
+    EXPECT_LT(testing::max_relative_difference(r.losses, reference.losses), 1e-5) << gemm;
+  }
+}
+
 TEST_F(DptrainProgram, ResumeEqualsAnUninterruptedRunBitwise) {
   ASSERT_EQ(run_command(dptrain("--steps 12 --log " + (dir_ / "full.jsonl"))).exit_code, 0);
-  auto first = run_command(dptrain("--steps 12 --save-every 5 --save " + (dir_ / "ckpt") + " --log " +
-                                   (dir_ / "part.jsonl")));
+  auto first =
+      run_command(dptrain("--steps 12 --save-every 5 --save " + (dir_ / "ckpt") + " --log " + (dir_ / "part.jsonl")));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   // Continue from step 10 (the latest of 5, 10 … and 12 at the end: point `latest` back at step 10).
   testing::write_text(dir_ / "ckpt/latest", "step-000010\n");
@@ -152,8 +173,8 @@ TEST_F(DptrainProgram, ResumeEqualsAnUninterruptedRunBitwise) {
 TEST_F(DptrainProgram, CheckpointOfAnotherShapeIsRefusedAndNothingIsOverwritten) {
   ASSERT_EQ(run_command(dptrain("--steps 2 --save " + (dir_ / "ckpt"))).exit_code, 0);
   const auto before = std::filesystem::last_write_time(dir_ / "ckpt/step-000002/model.safetensors");
-  const auto r = run_command(dptrain("--steps 4 --width 48 --resume " + (dir_ / "ckpt") + " --save " +
-                                     (dir_ / "ckpt")));
+  const auto r =
+      run_command(dptrain("--steps 4 --width 48 --resume " + (dir_ / "ckpt") + " --save " + (dir_ / "ckpt")));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("holds another model shape"), std::string::npos) << r.output;
   EXPECT_EQ(std::filesystem::last_write_time(dir_ / "ckpt/step-000002/model.safetensors"), before);

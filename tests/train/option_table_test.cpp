@@ -33,7 +33,7 @@ const std::map<std::string, Sample>& samples() {
       {"--weight-decay", {"0.05", "0.05"}}, {"--grad-clip", {"0.5", "0.5"}},
       {"--seed", {"42", "42"}},             {"--skip-nonfinite", {"", "true"}}, {"--max-skipped", {"4", "4"}},
       {"--eval-every", {"9", "9"}},         {"--eval-windows", {"5", "5"}},
-      {"--device", {"cpu", "cpu"}},         {"--allreduce", {"tree", "tree"}},    {"--grad-dtype", {"fp32", "fp32"}},
+      {"--device", {"cpu", "cpu"}},         {"--cpu-gemm", {"onednn", "onednn"}},         {"--allreduce", {"tree", "tree"}},    {"--grad-dtype", {"fp32", "fp32"}},
       {"--check-every", {"3", "3"}},        {"--zero", {"2", "2"}},
       {"--bucket-mb", {"0.5", "0.5"}},      {"--no-overlap", {"", "true"}},       {"--overlap", {"off", "off"}},
       {"--grad-accum", {"4", "4"}},         {"--link", {"ib-400g", "ib-400g"}},

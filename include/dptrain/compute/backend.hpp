@@ -153,9 +153,11 @@ std::vector<std::string> backend_names();
 std::string backend_unavailable(std::string_view name, Placement placement = {});
 // --device auto: "cuda" where the build has it and a GPU is visible, else "cpu".
 std::string auto_backend_name();
-// A backend by name; UserError with backend_unavailable()'s line where it cannot run.
-std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement = {});
-std::unique_ptr<Backend> make_cpu_backend();
+// A backend by name; UserError with backend_unavailable()'s line where it cannot run. cpu_gemm: the cpu backend's
+// sgemm library (cpu_gemm.hpp; UserError where this build lacks it), ignored by the others.
+std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement = {},
+                                      std::string_view cpu_gemm = "openblas");
+std::unique_ptr<Backend> make_cpu_backend(std::string_view gemm = "openblas");
 #ifdef DPTRAIN_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(int gpu);  // src/compute/cuda/
 std::unique_ptr<Device> make_cuda_device(int gpu);    // the GPU alone (memory, streams, events), made current

@@ -1,8 +1,8 @@
-// The CPU backend: OpenBLAS sgemm for every matrix product (attention included, one product per head), plain
+// The CPU backend: an sgemm library (OpenBLAS by default, or oneDNN: cpu_gemm.hpp) for every matrix product
+// (attention included, one product per head), plain
 // loops with OpenMP elsewhere, on the cpu Device (host memory). Activations, compute weights and gradients are
 // fp32: BF16 weights are expanded into an fp32 mirror (the weight views). Every reduction runs in a fixed order for
 // a given thread count, so a run is bitwise repeatable.
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dptrain/compute/backend.hpp"
+#include "dptrain/compute/cpu_gemm.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/reduce_add.hpp"
 #include "dptrain/core/timer.hpp"
@@ -61,7 +62,7 @@ const float* f(const void* p) { return static_cast<const float*>(p); }
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : device_(make_cpu_device()) {}
+  explicit CpuBackend(CpuGemm gemm) : device_(make_cpu_device()), gemm_(std::move(gemm)) {}
 
   std::string name() const override { return "cpu"; }
   Device& device() override { return *device_; }
@@ -77,10 +78,7 @@ class CpuBackend final : public Backend {
   double measure_gemm_flops() override {
     const int n = 1024;
     std::vector<float> a(std::size_t(n) * n, 0.5f), b(a), c(a.size());
-    auto gemm = [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
-                  n);
-    };
+    auto gemm = [&] { sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
     gemm();  // warm-up: thread pool and caches
     double best = 1e30;
     for (int i = 0; i < 5; ++i) {
@@ -222,8 +220,8 @@ class CpuBackend final : public Backend {
       float* o = out + window * T * OC;
       if (bias)
         for (std::size_t r = 0; r < T; ++r) std::memcpy(o + r * OC, bias, OC * sizeof(float));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(OC), int(C), 1.0f, in + window * T * C, int(C),
-                  w, int(C), bias ? 1.0f : 0.0f, o, int(OC));
+      sgemm(false, true, int(T), int(OC), int(C), 1.0f, in + window * T * C, int(C), w, int(C), bias ? 1.0f : 0.0f, o,
+            int(OC));
     }
   }
 
@@ -237,8 +235,8 @@ class CpuBackend final : public Backend {
       // din_w[T,C] += dout_w[T,OC]·w[OC,C] window by window.
 #pragma omp parallel for schedule(static)
       for (std::size_t window = 0; window < windows; ++window)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(C), int(OC), 1.0f, dout + window * T * OC,
-                    int(OC), w, int(C), 1.0f, din + window * T * C, int(C));
+        sgemm(false, false, int(T), int(C), int(OC), 1.0f, dout + window * T * OC, int(OC), w, int(C), 1.0f,
+              din + window * T * C, int(C));
     }
     // dw[rows,C] += dout_w[T,rows]ᵀ·in_w[T,C] and dbias[rows] += Σ_t dout_w[t,rows], window after window: each
     // thread owns a block of rows, so every element sums its windows (and dbias its rows) in order, and the bias
@@ -249,8 +247,8 @@ class CpuBackend final : public Backend {
       const std::size_t o0 = blocks.begin(block), o1 = blocks.end(block);
       for (std::size_t window = 0; window < windows; ++window) {
         const float* dout_w = dout + window * T * OC;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(o1 - o0), int(C), int(T), 1.0f, dout_w + o0,
-                    int(OC), in + window * T * C, int(C), 1.0f, dw + o0 * C, int(C));
+        sgemm(true, false, int(o1 - o0), int(C), int(T), 1.0f, dout_w + o0, int(OC), in + window * T * C, int(C),
+              1.0f, dw + o0 * C, int(C));
         if (dbias)
           for (std::size_t t = 0; t < T; ++t)
             for (std::size_t o = o0; o < o1; ++o) dbias[o] += dout_w[t * OC + o];
@@ -274,15 +272,13 @@ class CpuBackend final : public Backend {
       float* p = probs + head.probs(bh);
       // Scores [T,T] = q·kᵀ·scale; the upper triangle is computed and then masked (one GEMM beats T dot
       // products even at twice the arithmetic).
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hs), scale, q, ld, k, ld, 0.0f, p,
-                  int(T));
+      sgemm(false, true, int(T), int(T), int(hs), scale, q, ld, k, ld, 0.0f, p, int(T));
       for (std::size_t i = 0; i < T; ++i) {
         float* row = p + i * T;
         softmax_in_place(row, i + 1);  // the causal part: positions 0…i
         std::fill(row + i + 1, row + T, 0.0f);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hs), int(T), 1.0f, p, int(T), v, ld, 0.0f,
-                  out + head.out(bh), int(C));
+      sgemm(false, false, int(T), int(hs), int(T), 1.0f, p, int(T), v, ld, 0.0f, out + head.out(bh), int(C));
     }
   }
 
@@ -307,10 +303,8 @@ class CpuBackend final : public Backend {
       const float* dO = dout + head.out(bh);
       float* ds = scratch + std::size_t(omp_get_thread_num()) * T * T;
       // dP = dO·vᵀ; dv += pᵀ·dO
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(T), int(hs), 1.0f, dO, int(C), v, ld, 0.0f, ds,
-                  int(T));
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hs), int(T), 1.0f, p, int(T), dO, int(C), 1.0f,
-                  dv, ld);
+      sgemm(false, true, int(T), int(T), int(hs), 1.0f, dO, int(C), v, ld, 0.0f, ds, int(T));
+      sgemm(true, false, int(T), int(hs), int(T), 1.0f, p, int(T), dO, int(C), 1.0f, dv, ld);
       // Softmax backward on the causal part: dS = p ⊙ (dP − Σ_j p·dP).
       for (std::size_t i = 0; i < T; ++i) {
         const float* pr = p + i * T;
@@ -320,10 +314,8 @@ class CpuBackend final : public Backend {
         for (std::size_t j = i + 1; j < T; ++j) row[j] = 0.0f;
       }
       // dq += dS·k·scale; dk += dSᵀ·q·scale
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(hs), int(T), scale, ds, int(T), k, ld, 1.0f,
-                  dq, ld);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(T), int(hs), int(T), scale, ds, int(T), q, ld, 1.0f,
-                  dk, ld);
+      sgemm(false, false, int(T), int(hs), int(T), scale, ds, int(T), k, ld, 1.0f, dq, ld);
+      sgemm(true, false, int(T), int(hs), int(T), scale, ds, int(T), q, ld, 1.0f, dk, ld);
     }
   }
 
@@ -442,6 +434,12 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Row-major C[m,n] = alpha·op(A)·op(B) + beta·C through the chosen library (cpu_gemm.hpp).
+  void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+             int ldb, float beta, float* c, int ldc) const {
+    gemm_.sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+
   // Grows only where the thread count or T exceeds what was reserved (a caller that never reserved).
   float* attention_scratch(std::size_t T) {
     const std::size_t needed = std::size_t(omp_get_max_threads()) * T * T;
@@ -450,6 +448,7 @@ class CpuBackend final : public Backend {
   }
 
   std::unique_ptr<Device> device_;
+  CpuGemm gemm_;
   std::vector<float> attention_scratch_;
   std::vector<Buffer> mirrors_;  // the weight views, view_elements_ fp32 each
   std::vector<bool> in_use_;
@@ -458,6 +457,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(std::string_view gemm) {
+  return std::make_unique<CpuBackend>(make_cpu_gemm(gemm));
+}
 
 }  // namespace dptrain
