@@ -54,9 +54,10 @@ std::string auto_backend_name() {
   return "cpu";
 }
 
-std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement, std::string_view cpu_gemm) {
+std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement,
+                                      std::shared_ptr<const CpuGemm> cpu_gemm) {
   if (const std::string why = backend_unavailable(name, placement); !why.empty()) throw UserError(why);
-  if (name == "cpu") return make_cpu_backend(cpu_gemm);
+  if (name == "cpu") return cpu_gemm ? make_cpu_backend(std::move(cpu_gemm)) : make_cpu_backend();
 #ifdef DPTRAIN_HAVE_CUDA
   return make_cuda_backend(placement.gpu());
 #else

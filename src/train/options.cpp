@@ -84,7 +84,8 @@ void validate(const TrainOptions& o, int world_size) {
           o.batch, world_size, o.grad_accum);
   require(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
           "--device: unknown device '{}' (expected auto, cpu or cuda)", o.device);
-  if (const std::string why = cpu_gemm_unavailable(o.cpu_gemm); !why.empty()) throw UserError(why);
+  if (o.cpu_gemm != "auto")
+    if (const std::string why = cpu_gemm_unavailable(o.cpu_gemm); !why.empty()) throw UserError(why);
   require(o.overlap == "on" || o.overlap == "off" || o.overlap == "auto",
           "--overlap: unknown mode '{}' (expected on, off or auto)", o.overlap);
   require(!o.no_overlap || o.overlap != "on", "--no-overlap contradicts --overlap on");

@@ -100,6 +100,7 @@ RunSummary run_summary(const SummaryInputs& in) {
       {"zero", o.zero},
       {"overlap", run.overlap},
       {"overlap_choice", in.overlap_choice},
+      {"cpu_gemm", in.cpu_gemm},
       {"grad_accum", o.grad_accum},
       {"bucket_mb", o.bucket_mb},
       {"units", units},

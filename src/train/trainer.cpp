@@ -33,8 +33,9 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   validate(options_, world_.size());
   overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
   placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
-  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_,
-                          options_.cpu_gemm);
+  // --cpu-gemm auto: OpenBLAS until connect() has timed the libraries on every rank (before the first GEMM).
+  cpu_gemm_ = std::make_shared<CpuGemm>(make_cpu_gemm(options_.cpu_gemm == "auto" ? "openblas" : options_.cpu_gemm));
+  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_, cpu_gemm_);
   if (options_.op_times) {  // made on this thread, the compute thread: the comm executor's calls get rows apart
     op_times_ = std::make_shared<OpTimes>();
     backend_ = make_op_timing_backend(std::move(backend_), op_times_);
@@ -112,6 +113,11 @@ void Trainer::connect() {
   values.push_back({"--resume", std::to_string(first_step_),
                     fmt::format("{} at step {}", options_.resume.empty() ? "none" : options_.resume, first_step_)});
   require_same_on_every_rank(world_, values);
+  if (backend_->name() == "cpu") {  // on every rank or none: the device and --cpu-gemm agree by now
+    cpu_gemm_choice_ = choose_cpu_gemm(options_.cpu_gemm, options_.model, threads_,
+                                       [this](std::vector<double> v) { return world_.max_over_ranks(std::move(v)); });
+    *cpu_gemm_ = make_cpu_gemm(cpu_gemm_choice_.library);
+  }
   transport_ = connect_run_transport(*backend_, parse_algorithm(options_.allreduce), engine_->comm_stream(),
                                      placement_.gpu(), options_.comm_timeout);
   if (options_.link.empty()) {
@@ -211,14 +217,14 @@ int Trainer::run() {
                                     1 + 2 * OverlapChoice::kTrialPairs)
                       : overlap_choice_.mode()));
   say(fmt::format("dptrain | device {} ({}) | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
-                  backend_->name() == "cpu" ? fmt::format("sgemm {}", options_.cpu_gemm) : backend_->device().name(),
+                  backend_->name() == "cpu" ? "sgemm " + cpu_gemm_choice_.description() : backend_->device().name(),
                   link_.description, peak_flops_ / 1e9, peak_source_));
   RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
-                       .tokens_per_step = tokens_per_step,
-                       .steps = options_.steps,
-                       .ranks = world_.size(),
-                       .peak_flops = peak_flops_,
-                       .overlap = overlap_choice_.overlap_for_step(0)};
+                 .tokens_per_step = tokens_per_step,
+                 .steps = options_.steps,
+                 .ranks = world_.size(),
+                 .peak_flops = peak_flops_,
+                 .overlap = overlap_choice_.overlap_for_step(0)};
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
   catch_stop_signals();
   if (first_step_ > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step_));
@@ -264,8 +270,8 @@ int Trainer::run() {
         },
         "the exchange of entry times, step times and stop requests");
     if (const auto choice = overlap_choice_.record(index, slowest_seconds)) say(*choice);
-    const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(),
-                                            link_.link, totals.collectives);
+    const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(), link_.link,
+                                            totals.collectives);
     const std::string skipped = result.finite
                                     ? std::string()
                                     : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite",
@@ -319,17 +325,19 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
       memory_figures(engine_->memory(), peak_resident_bytes(), double(backend_->device().memory_in_use()));
   std::vector<double> largest;
   engine_->run_on_comm_executor([&] { largest = world_.max_over_ranks(mine); }, "the exchange of memory figures");
-  RunSummary summary = run_summary({.options = options_,
-                                    .run = run,
-                                    .totals = totals,
-                                    .plan = engine_->plan(),
-                                    .parameters = engine_->layout().total(),
-                                    .link = link_,
-                                    .memory_mine = mine,
-                                    .memory_largest = largest,
-                                    .first_step = first_step_,
-                                    .threads = threads_,
-                                    .overlap_choice = overlap_choice_.summary()});
+  RunSummary summary =
+      run_summary({.options = options_,
+                   .run = run,
+                   .totals = totals,
+                   .plan = engine_->plan(),
+                   .parameters = engine_->layout().total(),
+                   .link = link_,
+                   .memory_mine = mine,
+                   .memory_largest = largest,
+                   .first_step = first_step_,
+                   .threads = threads_,
+                   .overlap_choice = overlap_choice_.summary(),
+                   .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary() : nlohmann::json()});
   for (const std::string& line : summary.lines) say(line);
   if (op_times_) {  // rank 0's own operations
     const OpTimesReport report = op_times_report(op_times_->rows(), op_times_steps_, op_times_seconds_, peak_flops_);

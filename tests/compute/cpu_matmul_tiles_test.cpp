@@ -94,8 +94,8 @@ TEST(CpuMatmulTiles, TheProductIsTheMatrixProductWithEveryLibrary) {
 TEST(CpuGemm, UnknownOrMissingLibrariesAreRefusedWithOneLine) {
   EXPECT_EQ(cpu_gemm_unavailable("openblas"), "");
   EXPECT_EQ(cpu_gemm_unavailable("mkl"), cpu_gemm_names().size() == 2
-                                             ? "--cpu-gemm: unknown library 'mkl' (expected openblas or onednn)"
-                                             : "--cpu-gemm: unknown library 'mkl' (expected openblas)");
+                                             ? "--cpu-gemm: unknown library 'mkl' (expected auto, openblas or onednn)"
+                                             : "--cpu-gemm: unknown library 'mkl' (expected auto or openblas)");
   EXPECT_THROW(make_cpu_gemm("mkl"), UserError);
   EXPECT_EQ(make_cpu_gemm("openblas").name, "openblas");
 }

@@ -41,7 +41,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--lr -1", "--lr must be in (0, 10), got -1"},
       {"--grad-dtype fp16", "--grad-dtype: unknown type 'fp16' (expected bf16 or fp32)"},
       {"--allreduce ring2", "--allreduce: unknown algorithm 'ring2' (expected ring, tree or native)"},
-      {"--cpu-gemm mkl", "--cpu-gemm: unknown library 'mkl' (expected openblas"},
+      {"--cpu-gemm mkl", "--cpu-gemm: unknown library 'mkl' (expected auto"},
       {"--data " + (dir_ / "missing.txt"), "does not exist"},
       {"--data " + (dir_ / "empty.txt"), "is empty"},
       // Named as a shard, or binary, without the shard magic: a damaged shard, not text.

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dptrain/compute/cpu_gemm.hpp"
 #include "dptrain/compute/device.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/dtype.hpp"
@@ -154,9 +155,12 @@ std::string backend_unavailable(std::string_view name, Placement placement = {})
 // --device auto: "cuda" where the build has it and a GPU is visible, else "cpu".
 std::string auto_backend_name();
 // A backend by name; UserError with backend_unavailable()'s line where it cannot run. cpu_gemm: the cpu backend's
-// sgemm library (cpu_gemm.hpp; UserError where this build lacks it), ignored by the others.
+// sgemm library (cpu_gemm.hpp; OpenBLAS where null), ignored by the others.
 std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement = {},
-                                      std::string_view cpu_gemm = "openblas");
+                                      std::shared_ptr<const CpuGemm> cpu_gemm = nullptr);
+// The cpu backend multiplies with whatever `*gemm` holds at each call: its owner may change the library before the
+// first operation (--cpu-gemm auto decides once the ranks can time it together), never after.
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const CpuGemm> gemm);
 std::unique_ptr<Backend> make_cpu_backend(std::string_view gemm = "openblas");
 #ifdef DPTRAIN_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(int gpu);  // src/compute/cuda/

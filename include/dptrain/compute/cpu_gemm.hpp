@@ -3,7 +3,9 @@
 // kernels are generated at run time for the CPU it finds (AVX2, AVX-512) whatever OpenBLAS was pinned to. Both are
 // row-major fp32 with fp32 accumulation, and both run on the calling thread when called inside an OpenMP parallel
 // region, as the backend calls them. They do not give the same bits: all ranks of a job use the same one.
+// `--cpu-gemm auto` times both on the model's own products (train/cpu_gemm_choice.hpp).
 #pragma once
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,5 +25,22 @@ std::vector<std::string> cpu_gemm_names();
 std::string cpu_gemm_unavailable(std::string_view name);
 // UserError with cpu_gemm_unavailable()'s line where it cannot.
 CpuGemm make_cpu_gemm(std::string_view name);
+
+// One sgemm call as the cpu backend makes it (row-major, op = transpose where trans_*).
+struct GemmProduct {
+  bool trans_a, trans_b;
+  int m, n, k;
+  double flops() const { return 2.0 * m * n * k; }
+};
+
+// The calls one transformer block makes for one window of `rows` tokens at width C on one of `threads` threads:
+// the forward, input-gradient and weight-gradient products of the qkv [3C,C], attention projection [C,C], fc
+// [4C,C] and fc projection [C,4C] weights, as CpuBackend::matmul_forward/matmul_backward call them (a thread's
+// weight-gradient block is 1/threads of the rows).
+std::vector<GemmProduct> block_products(int rows, int C, int threads);
+
+// Seconds for every thread of an OpenMP team of `threads` to run `products` once, each on its own operands
+// (so the threads share the caches and memory as training does): the best of `rounds` rounds after one warm-up.
+double time_products(const CpuGemm& gemm, std::span<const GemmProduct> products, int threads, int rounds);
 
 }  // namespace dptrain

@@ -41,6 +41,7 @@ struct SummaryInputs {
   int first_step = 0;  // loop steps done before this run (a resume)
   int threads = 1;     // per rank
   nlohmann::json overlap_choice;  // OverlapChoice::summary()
+  nlohmann::json cpu_gemm;        // CpuGemmChoice::summary(); null on cuda
 };
 
 struct RunSummary {

@@ -8,6 +8,7 @@
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/compute/op_timing_backend.hpp"
 #include "dptrain/dp/engine.hpp"
+#include "dptrain/train/cpu_gemm_choice.hpp"
 #include "dptrain/train/data.hpp"
 #include "dptrain/train/link_model.hpp"
 #include "dptrain/train/metrics_log.hpp"
@@ -68,6 +69,8 @@ class Trainer {
   std::string peak_source_;
   int first_step_ = 0;  // loop steps done before this run: the resumed checkpoint's step, or 0
   OverlapChoice overlap_choice_{"on"};
+  std::shared_ptr<CpuGemm> cpu_gemm_;  // what the cpu backend multiplies with; set in connect() for auto
+  CpuGemmChoice cpu_gemm_choice_;      // how it was chosen; unused on cuda
   int threads_ = 1;
   std::size_t local_windows_ = 0;
   std::vector<std::int32_t> windows_;  // [local_windows, Q+1]

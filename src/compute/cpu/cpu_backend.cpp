@@ -26,6 +26,8 @@ using cpu::softmax_in_place;
 using cpu::tanh_rational;
 
 constexpr float kLayerNormEps = 1e-5f;
+// Attention computes its causal products in blocks of this many query rows (key columns in the backward).
+constexpr std::size_t kCausalRows = 32;
 const float kGeluScale = std::sqrt(2.0f / std::numbers::pi_v<float>);
 
 // Where head bh = (window b, head h) lives: its q in qkv [B,T,3C] (k and v follow at +C and +2C, rows 3C
@@ -62,7 +64,7 @@ const float* f(const void* p) { return static_cast<const float*>(p); }
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(CpuGemm gemm) : device_(make_cpu_device()), gemm_(std::move(gemm)) {}
+  explicit CpuBackend(std::shared_ptr<const CpuGemm> gemm) : device_(make_cpu_device()), gemm_(std::move(gemm)) {}
 
   std::string name() const override { return "cpu"; }
   Device& device() override { return *device_; }
@@ -189,22 +191,30 @@ class CpuBackend final : public Backend {
           lane_sum(C, [w, d, x, mu, r](std::size_t c) { return w[c] * d[c] * ((x[c] - mu) * r); }) / float(C);
       float* dx = din + i * C;
       for (std::size_t c = 0; c < C; ++c) {
-        const float norm = (x[c] - mean[i]) * rstd[i];
-        dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * rstd[i];
+        const float norm = (x[c] - mu) * r;
+        dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
       }
     }
-    // Parameter gradients: each thread owns a block of channels and sums the rows in order.
+    // Parameter gradients: each thread owns blocks of kColumns channels and sums the rows in order into local
+    // arrays (through dw and db, which the compiler must assume may alias dout, every row loaded and stored them).
+    constexpr std::size_t kColumns = 32;
 #pragma omp parallel for schedule(static)
-    for (std::size_t c0 = 0; c0 < C; c0 += 16) {
-      const std::size_t c1 = std::min(C, c0 + 16);
+    for (std::size_t c0 = 0; c0 < C; c0 += kColumns) {
+      const std::size_t n = std::min(C - c0, kColumns);
+      float sw[kColumns], sb[kColumns];
+      std::copy_n(dw + c0, n, sw);
+      std::copy_n(db + c0, n, sb);
       for (std::size_t i = 0; i < N; ++i) {
-        const float* d = dout + i * C;
-        const float* x = in + i * C;
-        for (std::size_t c = c0; c < c1; ++c) {
-          dw[c] += d[c] * (x[c] - mean[i]) * rstd[i];
-          db[c] += d[c];
+        const float* d = dout + i * C + c0;
+        const float* x = in + i * C + c0;
+        const float mu = mean[i], r = rstd[i];
+        for (std::size_t c = 0; c < n; ++c) {
+          sw[c] += d[c] * (x[c] - mu) * r;
+          sb[c] += d[c];
         }
       }
+      std::copy_n(sw, n, dw + c0);
+      std::copy_n(sb, n, db + c0);
     }
   }
 
@@ -270,15 +280,20 @@ class CpuBackend final : public Backend {
       const float* k = q + C;
       const float* v = q + 2 * C;
       float* p = probs + head.probs(bh);
-      // Scores [T,T] = q·kᵀ·scale; the upper triangle is computed and then masked (one GEMM beats T dot
-      // products even at twice the arithmetic).
-      sgemm(false, true, int(T), int(T), int(hs), scale, q, ld, k, ld, 0.0f, p, int(T));
-      for (std::size_t i = 0; i < T; ++i) {
-        float* row = p + i * T;
-        softmax_in_place(row, i + 1);  // the causal part: positions 0…i
-        std::fill(row + i + 1, row + T, 0.0f);
+      // Row block [r0,r1) of the scores needs keys 0…r1-1 only: scores[r0:r1, 0:r1] = q[r0:r1]·k[0:r1]ᵀ·scale,
+      // then out[r0:r1] = p[r0:r1, 0:r1]·v[0:r1]. Blocks of kCausalRows rows compute 5/8 of the full T×T products
+      // at T = 128 (the diagonal blocks' upper triangles are computed and then masked).
+      for (std::size_t r0 = 0; r0 < T; r0 += kCausalRows) {
+        const std::size_t r1 = std::min(T, r0 + kCausalRows);
+        sgemm(false, true, int(r1 - r0), int(r1), int(hs), scale, q + r0 * ld, ld, k, ld, 0.0f, p + r0 * T, int(T));
+        for (std::size_t i = r0; i < r1; ++i) {
+          float* row = p + i * T;
+          softmax_in_place(row, i + 1);  // the causal part: positions 0…i
+          std::fill(row + i + 1, row + T, 0.0f);
+        }
+        sgemm(false, false, int(r1 - r0), int(hs), int(r1), 1.0f, p + r0 * T, int(T), v, ld, 0.0f,
+              out + head.out(bh) + r0 * C, int(C));
       }
-      sgemm(false, false, int(T), int(hs), int(T), 1.0f, p, int(T), v, ld, 0.0f, out + head.out(bh), int(C));
     }
   }
 
@@ -302,20 +317,31 @@ class CpuBackend final : public Backend {
       const float* p = probs + head.probs(bh);
       const float* dO = dout + head.out(bh);
       float* ds = scratch + std::size_t(omp_get_thread_num()) * T * T;
-      // dP = dO·vᵀ; dv += pᵀ·dO
-      sgemm(false, true, int(T), int(T), int(hs), 1.0f, dO, int(C), v, ld, 0.0f, ds, int(T));
-      sgemm(true, false, int(T), int(hs), int(T), 1.0f, p, int(T), dO, int(C), 1.0f, dv, ld);
-      // Softmax backward on the causal part: dS = p ⊙ (dP − Σ_j p·dP).
-      for (std::size_t i = 0; i < T; ++i) {
-        const float* pr = p + i * T;
-        float* row = ds + i * T;
-        const float dot = lane_sum(i + 1, [pr, row](std::size_t j) { return pr[j] * row[j]; });
-        for (std::size_t j = 0; j <= i; ++j) row[j] = pr[j] * (row[j] - dot);
-        for (std::size_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+      // By row blocks, as in the forward: dP[r0:r1, 0:r1] = dO[r0:r1]·v[0:r1]ᵀ; the softmax backward on the
+      // causal part, dS = p ⊙ (dP − Σ_j p·dP); dq[r0:r1] += dS[r0:r1, 0:r1]·k[0:r1]·scale.
+      for (std::size_t r0 = 0; r0 < T; r0 += kCausalRows) {
+        const std::size_t r1 = std::min(T, r0 + kCausalRows);
+        sgemm(false, true, int(r1 - r0), int(r1), int(hs), 1.0f, dO + r0 * C, int(C), v, ld, 0.0f, ds + r0 * T,
+              int(T));
+        for (std::size_t i = r0; i < r1; ++i) {
+          const float* pr = p + i * T;
+          float* row = ds + i * T;
+          const float dot = lane_sum(i + 1, [pr, row](std::size_t j) { return pr[j] * row[j]; });
+          for (std::size_t j = 0; j <= i; ++j) row[j] = pr[j] * (row[j] - dot);
+          std::fill(row + i + 1, row + r1, 0.0f);
+        }
+        sgemm(false, false, int(r1 - r0), int(hs), int(r1), scale, ds + r0 * T, int(T), k, ld, 1.0f, dq + r0 * ld,
+              ld);
       }
-      // dq += dS·k·scale; dk += dSᵀ·q·scale
-      sgemm(false, false, int(T), int(hs), int(T), scale, ds, int(T), k, ld, 1.0f, dq, ld);
-      sgemm(true, false, int(T), int(hs), int(T), scale, ds, int(T), q, ld, 1.0f, dk, ld);
+      // By column blocks: key c gets terms from queries c…T-1 only. dv[c0:c1] += p[c0:T, c0:c1]ᵀ·dO[c0:T];
+      // dk[c0:c1] += dS[c0:T, c0:c1]ᵀ·q[c0:T]·scale.
+      for (std::size_t c0 = 0; c0 < T; c0 += kCausalRows) {
+        const std::size_t c1 = std::min(T, c0 + kCausalRows);
+        sgemm(true, false, int(c1 - c0), int(hs), int(T - c0), 1.0f, p + c0 * T + c0, int(T), dO + c0 * C, int(C),
+              1.0f, dv + c0 * ld, ld);
+        sgemm(true, false, int(c1 - c0), int(hs), int(T - c0), scale, ds + c0 * T + c0, int(T), q + c0 * ld, ld, 1.0f,
+              dk + c0 * ld, ld);
+      }
     }
   }
 
@@ -437,7 +463,7 @@ class CpuBackend final : public Backend {
   // Row-major C[m,n] = alpha·op(A)·op(B) + beta·C through the chosen library (cpu_gemm.hpp).
   void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
              int ldb, float beta, float* c, int ldc) const {
-    gemm_.sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_->sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
   // Grows only where the thread count or T exceeds what was reserved (a caller that never reserved).
@@ -448,7 +474,7 @@ class CpuBackend final : public Backend {
   }
 
   std::unique_ptr<Device> device_;
-  CpuGemm gemm_;
+  std::shared_ptr<const CpuGemm> gemm_;
   std::vector<float> attention_scratch_;
   std::vector<Buffer> mirrors_;  // the weight views, view_elements_ fp32 each
   std::vector<bool> in_use_;
@@ -457,8 +483,12 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const CpuGemm> gemm) {
+  return std::make_unique<CpuBackend>(std::move(gemm));
+}
+
 std::unique_ptr<Backend> make_cpu_backend(std::string_view gemm) {
-  return std::make_unique<CpuBackend>(make_cpu_gemm(gemm));
+  return make_cpu_backend(std::make_shared<const CpuGemm>(make_cpu_gemm(gemm)));
 }
 
 }  // namespace dptrain
