@@ -10,35 +10,65 @@
 namespace dptrain {
 
 namespace {
-constexpr int kRounds = 3;     // timed rounds per library, after one warm-up
-constexpr int kMaxRows = 128;  // a window's rows, capped: the choice costs tens of ms even at Q = 1024
+constexpr int kRounds = 3;      // timed rounds per library and kind, after one warm-up
+constexpr int kMaxRows = 128;   // a window's rows, capped: the choice costs tens of ms even at Q = 1024
+constexpr int kMaxWindows = 8;  // windows per product and thread, as many as fit kProbeBytes
+constexpr std::size_t kProbeBytes = 32u << 20;  // the probe's operands per thread
 }  // namespace
 
 std::string CpuGemmChoice::description() const {
   if (requested != "auto") return library;
-  std::vector<std::string> figures;
-  for (const auto& [name, rate] : gflops) figures.push_back(fmt::format("{} {:.1f}", name, rate));
-  return fmt::format("auto → {}: {} GFLOP/s on a block's products", library, fmt::join(figures, ", "));
+  std::vector<std::string> names, figures;
+  for (const auto& [name, rates] : gflops) names.push_back(name);
+  for (GemmCase c : kGemmCases) {
+    std::vector<std::string> rates;
+    for (const auto& [name, rate] : gflops) rates.push_back(fmt::format("{:.1f}", rate[std::size_t(c)]));
+    figures.push_back(fmt::format("{} {}", gemm_case_name(c), fmt::join(rates, "/")));
+  }
+  return fmt::format("auto → {}: {} GFLOP/s ({}) on a block's products", library, fmt::join(figures, ", "),
+                     fmt::join(names, "/"));
 }
 
 nlohmann::json CpuGemmChoice::summary() const {
   nlohmann::json out = {{"requested", requested}, {"library", library}};
   if (requested == "auto") {
     nlohmann::json rates = nlohmann::json::object();
-    for (const auto& [name, rate] : gflops) rates[name] = rate;
+    for (const auto& [name, rate] : gflops)
+      for (GemmCase c : kGemmCases) rates[name][std::string(gemm_case_name(c))] = rate[std::size_t(c)];
     out["gflops"] = rates;
   }
   return out;
 }
 
-CpuGemmChoice fastest_cpu_gemm(const std::vector<std::string>& names, const std::vector<double>& seconds,
-                               double flops) {
+CpuGemmChoice fastest_cpu_gemm(const std::vector<std::string>& names,
+                               const std::vector<std::array<double, 3>>& seconds,
+                               const std::array<double, 3>& flops) {
   DP_ASSERT(!names.empty() && names.size() == seconds.size());
   CpuGemmChoice choice{.requested = "auto"};
-  const auto fastest = std::min_element(seconds.begin(), seconds.end());  // the first of equal ones
-  choice.library = names[std::size_t(fastest - seconds.begin())];
-  for (std::size_t i = 0; i < names.size(); ++i) choice.gflops.emplace_back(names[i], flops / seconds[i] / 1e9);
+  std::array<std::string, 3> libraries;
+  for (std::size_t c = 0; c < 3; ++c) {
+    std::size_t best = 0;  // the first of equal ones
+    for (std::size_t i = 1; i < names.size(); ++i)
+      if (seconds[i][c] < seconds[best][c]) best = i;
+    libraries[c] = names[best];
+  }
+  choice.library = cpu_gemm_spec(libraries);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    std::array<double, 3> rates{};
+    for (std::size_t c = 0; c < 3; ++c) rates[c] = flops[c] / seconds[i][c] / 1e9;
+    choice.gflops.emplace_back(names[i], rates);
+  }
   return choice;
+}
+
+int probe_windows(const std::vector<GemmProduct>& products) {
+  std::size_t a = 0, b = 0, c = 0;  // time_products holds the largest A, B and C per window
+  for (const GemmProduct& p : products) {
+    a = std::max(a, std::size_t(p.m) * std::size_t(p.k));
+    b = std::max(b, std::size_t(p.k) * std::size_t(p.n));
+    c = std::max(c, std::size_t(p.m) * std::size_t(p.n));
+  }
+  return int(std::clamp<std::size_t>(kProbeBytes / ((a + b + c) * sizeof(float)), 1, kMaxWindows));
 }
 
 CpuGemmChoice choose_cpu_gemm(std::string_view requested, const ModelConfig& model, int threads,
@@ -46,12 +76,22 @@ CpuGemmChoice choose_cpu_gemm(std::string_view requested, const ModelConfig& mod
   if (requested != "auto") return {.requested = std::string(requested), .library = make_cpu_gemm(requested).name};
   const std::vector<std::string> names = cpu_gemm_names();
   const std::vector<GemmProduct> products = block_products(std::min(model.seq, kMaxRows), model.width, threads);
-  std::vector<double> seconds;
+  const int windows = probe_windows(products);
+  std::array<std::vector<GemmProduct>, 3> by_case;
+  std::array<double, 3> flops{};
+  for (const GemmProduct& p : products) {
+    by_case[std::size_t(p.gemm_case())].push_back(p);
+    flops[std::size_t(p.gemm_case())] += p.flops() * windows * threads;
+  }
+  std::vector<double> mine;  // library-major: [library][case]
   for (const std::string& name : names)
-    seconds.push_back(time_products(make_cpu_gemm(name), products, threads, kRounds));
-  double flops = 0.0;
-  for (const GemmProduct& p : products) flops += p.flops() * threads;
-  return fastest_cpu_gemm(names, max_over_ranks(seconds), flops);
+    for (GemmCase c : kGemmCases)
+      mine.push_back(time_products(make_cpu_gemm(name), by_case[std::size_t(c)], threads, windows, kRounds));
+  const std::vector<double> slowest = max_over_ranks(mine);
+  std::vector<std::array<double, 3>> seconds(names.size());
+  for (std::size_t i = 0; i < names.size(); ++i)
+    for (std::size_t c = 0; c < 3; ++c) seconds[i][c] = slowest[3 * i + c];
+  return fastest_cpu_gemm(names, seconds, flops);
 }
 
 }  // namespace dptrain

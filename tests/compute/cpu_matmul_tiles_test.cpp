@@ -3,6 +3,7 @@
 // micro-batch invariance (BackendGuarantees) rests on.
 // Shapes not multiples of the 16-row blocks; 1 to 4 threads; 1 to 5 windows per call; every sgemm library of the
 // build (cpu_gemm.hpp).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -91,13 +92,41 @@ TEST(CpuMatmulTiles, TheProductIsTheMatrixProductWithEveryLibrary) {
   }
 }
 
-TEST(CpuGemm, UnknownOrMissingLibrariesAreRefusedWithOneLine) {
+TEST(CpuGemm, UnknownOrMissingLibrariesAndBadMixesAreRefusedWithOneLine) {
   EXPECT_EQ(cpu_gemm_unavailable("openblas"), "");
-  EXPECT_EQ(cpu_gemm_unavailable("mkl"), cpu_gemm_names().size() == 2
-                                             ? "--cpu-gemm: unknown library 'mkl' (expected auto, openblas or onednn)"
-                                             : "--cpu-gemm: unknown library 'mkl' (expected auto or openblas)");
+  EXPECT_EQ(cpu_gemm_unavailable("nt=openblas,nn=openblas,tn=openblas"), "");
+  const std::string accepted = cpu_gemm_names().size() == 2 ? "auto, openblas or onednn" : "auto or openblas";
+  const std::string per_kind = ", or one per kind of product: nt=LIB,nn=LIB,tn=LIB)";
+  EXPECT_EQ(cpu_gemm_unavailable("mkl"), "--cpu-gemm: unknown library 'mkl' (expected " + accepted + per_kind);
+  EXPECT_EQ(cpu_gemm_unavailable("nt=openblas,nn=mkl,tn=openblas"),
+            "--cpu-gemm: unknown library 'mkl' (expected " + accepted + per_kind);
+  for (const char* mix : {"nt=openblas,nn=openblas", "nt=openblas,nn=openblas,tn=openblas,nt=openblas",
+                          "nt=openblas,nn=openblas,tt=openblas", "nt=openblas,nn,tn=openblas", "nt=openblas,,"})
+    EXPECT_EQ(cpu_gemm_unavailable(mix), fmt::format("--cpu-gemm '{}': name a library for each kind of product once, "
+                                                     "as nt=LIB,nn=LIB,tn=LIB",
+                                                     mix))
+        << mix;
   EXPECT_THROW(make_cpu_gemm("mkl"), UserError);
   EXPECT_EQ(make_cpu_gemm("openblas").name, "openblas");
+  // A mix of one library is that library; the order of the kinds does not matter.
+  EXPECT_EQ(make_cpu_gemm("tn=openblas,nt=openblas,nn=openblas").name, "openblas");
+}
+
+// A mix sends each kind of call to its library: the forward (nt) gives the bits of the library named for nt, the
+// input gradient (nn) and the weight gradient (tn) those of theirs.
+TEST(CpuGemm, EachKindOfProductGoesToTheLibraryTheMixNames) {
+  const std::vector<std::string> names = cpu_gemm_names();
+  for (const std::string& nt : names)
+    for (const std::string& nn : names)
+      for (const std::string& tn : names) {
+        const std::string mix = fmt::format("tn={},nn={},nt={}", tn, nn, nt);
+        SCOPED_TRACE(mix);
+        EXPECT_EQ(make_cpu_gemm(mix).libraries, (std::array<std::string, 3>{nt, nn, tn}));
+        const Matmuls mixed = run(2, kWindows, mix);
+        EXPECT_EQ(mixed.out, run(2, kWindows, nt).out);
+        EXPECT_EQ(mixed.din, run(2, kWindows, nn).din);
+        EXPECT_EQ(mixed.dw, run(2, kWindows, tn).dw);
+      }
 }
 
 }  // namespace

@@ -14,18 +14,25 @@ namespace {
 
 ModelConfig tiny_model() { return {.vocab = 64, .seq = 16, .layers = 2, .width = 32, .heads = 2}; }
 
-TEST(CpuGemmChoice, TheLowestTimeWinsAndTheFirstWhereEqual) {
+TEST(CpuGemmChoice, PerKindTheLowestTimeWinsAndTheFirstWhereEqual) {
   const std::vector<std::string> names = {"openblas", "onednn"};
-  CpuGemmChoice choice = fastest_cpu_gemm(names, {2.0, 0.5}, 4e9);
-  EXPECT_EQ(choice.library, "onednn");
-  ASSERT_EQ(choice.gflops.size(), 2u);
-  EXPECT_EQ(choice.gflops[0], (std::pair<std::string, double>{"openblas", 2.0}));
-  EXPECT_EQ(choice.gflops[1], (std::pair<std::string, double>{"onednn", 8.0}));
-  EXPECT_EQ(choice.description(), "auto → onednn: openblas 2.0, onednn 8.0 GFLOP/s on a block's products");
-  EXPECT_EQ(choice.summary(),
-            (nlohmann::json{
-                {"requested", "auto"}, {"library", "onednn"}, {"gflops", {{"openblas", 2.0}, {"onednn", 8.0}}}}));
-  EXPECT_EQ(fastest_cpu_gemm(names, {1.0, 1.0}, 1e9).library, "openblas");
+  // seconds [library][nt, nn, tn]; FLOPs per kind 4e9, 2e9, 1e9.
+  const CpuGemmChoice mixed = fastest_cpu_gemm(names, {{2.0, 1.0, 1.0}, {0.5, 2.0, 1.0}}, {4e9, 2e9, 1e9});
+  EXPECT_EQ(mixed.library, "nt=onednn,nn=openblas,tn=openblas");
+  ASSERT_EQ(mixed.gflops.size(), 2u);
+  EXPECT_EQ(mixed.gflops[0], (std::pair<std::string, std::array<double, 3>>{"openblas", {2.0, 2.0, 1.0}}));
+  EXPECT_EQ(mixed.gflops[1], (std::pair<std::string, std::array<double, 3>>{"onednn", {8.0, 1.0, 1.0}}));
+  EXPECT_EQ(mixed.description(),
+            "auto → nt=onednn,nn=openblas,tn=openblas: nt 2.0/8.0, nn 2.0/1.0, tn 1.0/1.0 GFLOP/s (openblas/onednn) "
+            "on a block's products");
+  EXPECT_EQ(mixed.summary(), (nlohmann::json{{"requested", "auto"},
+                                             {"library", "nt=onednn,nn=openblas,tn=openblas"},
+                                             {"gflops",
+                                              {{"openblas", {{"nt", 2.0}, {"nn", 2.0}, {"tn", 1.0}}},
+                                               {"onednn", {{"nt", 8.0}, {"nn", 1.0}, {"tn", 1.0}}}}}}));
+  // One library fastest at every kind is named alone.
+  EXPECT_EQ(fastest_cpu_gemm(names, {{1.0, 1.0, 1.0}, {2.0, 1.5, 1.0}}, {1e9, 1e9, 1e9}).library, "openblas");
+  EXPECT_EQ(fastest_cpu_gemm(names, {{2.0, 2.0, 2.0}, {1.0, 1.0, 1.0}}, {1e9, 1e9, 1e9}).library, "onednn");
 }
 
 TEST(CpuGemmChoice, ANamedLibraryIsUsedAsGivenWithoutTimingOrExchange) {
@@ -44,26 +51,44 @@ TEST(CpuGemmChoice, ANamedLibraryIsUsedAsGivenWithoutTimingOrExchange) {
 }
 
 // The exchange stands in for the other ranks: whatever it returns (the slowest rank's times) decides, so every
-// rank, which receives the same values, keeps the same library.
-TEST(CpuGemmChoice, AutoTimesEveryLibraryOnceAndTheSlowestRanksTimesDecide) {
+// rank, which receives the same values, keeps the same libraries.
+TEST(CpuGemmChoice, AutoTimesEveryLibraryOnEveryKindAndTheSlowestRanksTimesDecide) {
   const std::vector<std::string> names = cpu_gemm_names();
-  for (std::size_t slowest_elsewhere = 0; slowest_elsewhere < names.size(); ++slowest_elsewhere) {
+  for (std::size_t fastest = 0; fastest < names.size(); ++fastest) {
     std::vector<double> mine;
     const CpuGemmChoice choice = choose_cpu_gemm("auto", tiny_model(), 2, [&](std::vector<double> v) {
       mine = v;
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = i == slowest_elsewhere ? 1.0 : 2.0;  // seconds
+      // [library][nt, nn, tn]: `fastest` wins at nt and nn, the first library at tn (ties go to the first).
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = (i / 3 == fastest && i % 3 < 2) || i % 3 == 2 ? 1.0 : 2.0;
       return v;
     });
-    ASSERT_EQ(mine.size(), names.size());
+    ASSERT_EQ(mine.size(), 3 * names.size());
     for (double seconds : mine) EXPECT_TRUE(std::isfinite(seconds) && seconds > 0.0);
     EXPECT_EQ(choice.requested, "auto");
-    EXPECT_EQ(choice.library, names[slowest_elsewhere]);
-    // GFLOP/s from the exchanged times: a block's products at rows = seq = 16, C = 32, on each of 2 threads.
-    double flops = 0.0;
-    for (const GemmProduct& p : block_products(16, 32, 2)) flops += 2.0 * p.flops();
+    EXPECT_EQ(choice.library, cpu_gemm_spec({names[fastest], names[fastest], names[0]}));
+    // GFLOP/s from the exchanged times: each kind's products at rows = seq = 16, C = 32, for 8 windows (their
+    // operands are far below 32 MiB) on each of 2 threads.
+    const std::vector<GemmProduct> products = block_products(16, 32, 2);
+    ASSERT_EQ(probe_windows(products), 8);
+    std::array<double, 3> flops{};
+    for (const GemmProduct& p : products) flops[std::size_t(p.gemm_case())] += 8 * 2.0 * p.flops();
     ASSERT_EQ(choice.gflops.size(), names.size());
-    EXPECT_DOUBLE_EQ(choice.gflops[slowest_elsewhere].second, flops / 1.0 / 1e9);
+    for (std::size_t c = 0; c < 3; ++c) EXPECT_DOUBLE_EQ(choice.gflops[fastest].second[c], flops[c] / 1.0 / 1e9) << c;
+    // The choice is a --cpu-gemm value that names the same libraries.
+    EXPECT_EQ(make_cpu_gemm(choice.library).libraries,
+              (std::array<std::string, 3>{names[fastest], names[fastest], names[0]}));
   }
+}
+
+TEST(CpuGemmChoice, TheProbeHoldsAtMost32MiBPerThread) {
+  // C = 4096 at 1 thread: A 128×16384, B 4096×16384, C the weight gradient 16384×4096 floats, 520 MiB a window:
+  // one window.
+  EXPECT_EQ(probe_windows(block_products(128, 4096, 1)), 1);
+  // C = 256: 128×1024 + 1024×256 (fc projection's B) + 128×1024 floats = 2 MiB a window: 8 windows (16 MiB).
+  EXPECT_EQ(probe_windows(block_products(128, 256, 2)), 8);
+  // C = 512 at 2 threads: A 128×2048, B 512×2048, C the weight gradient's block 1024×512: 1,835,008 floats, 7 MiB
+  // a window: 4 windows.
+  EXPECT_EQ(probe_windows(block_products(128, 512, 2)), 4);
 }
 
 TEST(CpuGemmChoice, BlockProductsAreTheBackendsCallsForOneWindow) {
@@ -80,6 +105,9 @@ TEST(CpuGemmChoice, BlockProductsAreTheBackendsCallsForOneWindow) {
     EXPECT_EQ(std::make_tuple(p.trans_a, p.trans_b, p.m, p.n, p.k), expected[i]) << "product " << i;
   }
   EXPECT_EQ(products[0].flops(), 2.0 * 4 * 24 * 8);
+  EXPECT_EQ(products[0].gemm_case(), GemmCase::nt);
+  EXPECT_EQ(products[1].gemm_case(), GemmCase::nn);
+  EXPECT_EQ(products[2].gemm_case(), GemmCase::tn);
 }
 
 }  // namespace

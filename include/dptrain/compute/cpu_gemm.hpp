@@ -1,10 +1,17 @@
-// The sgemm library under the cpu backend (--cpu-gemm): OpenBLAS, the default (the fastest on every shape of the
-// model measured so far: docs/cpu-speed.md), or oneDNN's dnnl_sgemm where the build found it (libdnnl-dev), whose
-// kernels are generated at run time for the CPU it finds (AVX2, AVX-512) whatever OpenBLAS was pinned to. Both are
-// row-major fp32 with fp32 accumulation, and both run on the calling thread when called inside an OpenMP parallel
-// region, as the backend calls them. They do not give the same bits: all ranks of a job use the same one.
-// `--cpu-gemm auto` times both on the model's own products (train/cpu_gemm_choice.hpp).
+// The sgemm libraries under the cpu backend (--cpu-gemm): OpenBLAS, the default, and oneDNN's dnnl_sgemm where the
+// build found it (libdnnl-dev), whose kernels are generated at run time for the CPU it finds (AVX2, AVX-512)
+// whatever OpenBLAS was pinned to. Both are row-major fp32 with fp32 accumulation, and both run on the calling
+// thread when called inside an OpenMP parallel region, as the backend calls them.
+//
+// The backend makes three kinds of call, told apart by which operand is transposed, and the libraries are not
+// equally fast at each (docs/cpu-speed.md): A·Bᵀ ("nt": the matmul forward, attention's scores and dP), A·B ("nn":
+// the input gradient, attention's output and dq) and Aᵀ·B ("tn": the weight gradient, attention's dv and dk). So a
+// CpuGemm names one library per kind: `openblas`, `onednn`, or `nt=onednn,nn=openblas,tn=openblas`. Each kind of
+// call always goes to the same library, so the backend's bitwise promises hold for any mix; the libraries do not
+// give the same bits, so all ranks of a job use the same mix. `--cpu-gemm auto` times them on the model's own
+// products (train/cpu_gemm_choice.hpp).
 #pragma once
+#include <array>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,35 +19,59 @@
 
 namespace dptrain {
 
+// Row-major C[m,n] = alpha·op(A)[m,k]·op(B)[k,n] + beta·C, op = transpose where trans_*.
+using SgemmFunction = void (*)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                               const float* b, int ldb, float beta, float* c, int ldc);
+
+enum class GemmCase { nt, nn, tn };  // A·Bᵀ, A·B, Aᵀ·B
+constexpr std::array<GemmCase, 3> kGemmCases = {GemmCase::nt, GemmCase::nn, GemmCase::tn};
+std::string_view gemm_case_name(GemmCase c);  // "nt", "nn", "tn"
+// The case of a call; Aᵀ·Bᵀ, which the backend never makes, counts as Aᵀ·B.
+constexpr GemmCase gemm_case(bool trans_a, bool trans_b) {
+  return trans_a ? GemmCase::tn : trans_b ? GemmCase::nt : GemmCase::nn;
+}
+
 struct CpuGemm {
-  std::string name;  // "openblas", "onednn"
-  // Row-major C[m,n] = alpha·op(A)[m,k]·op(B)[k,n] + beta·C, op = transpose where trans_*.
-  void (*sgemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-                int ldb, float beta, float* c, int ldc) = nullptr;
+  std::string name;                        // "openblas", "onednn" or "nt=…,nn=…,tn=…" (a mix)
+  std::array<std::string, 3> libraries;    // per GemmCase
+  std::array<SgemmFunction, 3> functions;  // per GemmCase
+
+  void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+             int ldb, float beta, float* c, int ldc) const {
+    functions[std::size_t(gemm_case(trans_a, trans_b))](trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                                                        ldc);
+  }
 };
 
 // The libraries this build has: "openblas", and "onednn" where built with it.
 std::vector<std::string> cpu_gemm_names();
-// Why `name` cannot be used (unknown, or not in this build), as one line naming what is accepted; empty if it can.
-std::string cpu_gemm_unavailable(std::string_view name);
-// UserError with cpu_gemm_unavailable()'s line where it cannot.
-CpuGemm make_cpu_gemm(std::string_view name);
+// Why `spec` (a library, or nt=…,nn=…,tn=… naming a library for each case once) cannot be used, as one line naming
+// what is accepted; empty if it can. "auto" is the trainer's to resolve and is not a spec.
+std::string cpu_gemm_unavailable(std::string_view spec);
+// UserError with cpu_gemm_unavailable()'s line where it cannot. A mix of one library is named as that library.
+CpuGemm make_cpu_gemm(std::string_view spec);
+// The spec of one library per case (in kGemmCases order): the library's name where they are all one.
+std::string cpu_gemm_spec(const std::array<std::string, 3>& libraries);
 
 // One sgemm call as the cpu backend makes it (row-major, op = transpose where trans_*).
 struct GemmProduct {
   bool trans_a, trans_b;
   int m, n, k;
   double flops() const { return 2.0 * m * n * k; }
+  GemmCase gemm_case() const { return dptrain::gemm_case(trans_a, trans_b); }
 };
 
 // The calls one transformer block makes for one window of `rows` tokens at width C on one of `threads` threads:
-// the forward, input-gradient and weight-gradient products of the qkv [3C,C], attention projection [C,C], fc
-// [4C,C] and fc projection [C,4C] weights, as CpuBackend::matmul_forward/matmul_backward call them (a thread's
-// weight-gradient block is 1/threads of the rows).
+// the forward (nt), input-gradient (nn) and weight-gradient (tn) products of the qkv [3C,C], attention projection
+// [C,C], fc [4C,C] and fc projection [C,4C] weights, as CpuBackend::matmul_forward/matmul_backward call them (a
+// thread's weight-gradient block is 1/threads of the rows).
 std::vector<GemmProduct> block_products(int rows, int C, int threads);
 
-// Seconds for every thread of an OpenMP team of `threads` to run `products` once, each on its own operands
-// (so the threads share the caches and memory as training does): the best of `rounds` rounds after one warm-up.
-double time_products(const CpuGemm& gemm, std::span<const GemmProduct> products, int threads, int rounds);
+// Seconds for every thread of an OpenMP team of `threads` to run each of `products` for `windows` windows, on
+// operands of its own (so the threads share the caches and memory as training does) and the activations of each
+// window apart (so they come from memory, not from the last call's cache): the best of `rounds` rounds after one
+// warm-up.
+double time_products(const CpuGemm& gemm, std::span<const GemmProduct> products, int threads, int windows,
+                     int rounds);
 
 }  // namespace dptrain

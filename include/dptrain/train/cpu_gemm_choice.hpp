@@ -1,12 +1,14 @@
-// --cpu-gemm auto: the sgemm library that runs this model's products fastest here, the same on every rank.
+// --cpu-gemm auto: for each kind of product (nt, nn, tn: compute/cpu_gemm.hpp) the sgemm library that runs this
+// model's products of that kind fastest here, the same on every rank.
 //
-// Each library the build has (compute/cpu_gemm.hpp) times one transformer block's products for one window
-// (block_products, time_products) on the rank's threads, all ranks at once; each library's time is the slowest
-// rank's, so every rank sees the same times and keeps the same library: the one with the lowest (the first of
+// Each library the build has times one transformer block's products for one window (block_products,
+// time_products), kind by kind, on the rank's threads, all ranks at once; each time is the slowest rank's, so
+// every rank sees the same times and keeps the same libraries: per kind the one with the lowest time (the first of
 // cpu_gemm_names() where equal). The libraries do not give the same bits and timings vary from run to run, so two
-// auto runs may choose differently: the start-up line and the summary name the choice, and naming it repeats a
-// run bit for bit. A named library is used as given, untimed.
+// auto runs may choose differently: the start-up line and the summary name the choice as a --cpu-gemm value, and
+// passing it repeats a run bit for bit. A named library or mix is used as given, untimed.
 #pragma once
+#include <array>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,30 +16,37 @@
 #include <utility>
 #include <vector>
 
+#include "dptrain/compute/cpu_gemm.hpp"
 #include "dptrain/model/config.hpp"
 
 namespace dptrain {
 
 struct CpuGemmChoice {
-  std::string requested;                               // "auto" or a library's name
-  std::string library;                                 // the one used
-  std::vector<std::pair<std::string, double>> gflops;  // auto: each library's GFLOP/s (the slowest rank's)
+  std::string requested;  // "auto", a library or a mix
+  std::string library;    // what is used, as a --cpu-gemm value (cpu_gemm_spec)
+  // auto: each library's GFLOP/s on each kind of product (in kGemmCases order), the slowest rank's.
+  std::vector<std::pair<std::string, std::array<double, 3>>> gflops;
 
-  // "openblas", or "auto → openblas: openblas 81.2, onednn 75.3 GFLOP/s on a block's products".
+  // "openblas", or "auto → nt=onednn,nn=openblas,tn=openblas: nt 99.1/146.2, nn 107.4/124.9, tn 123.8/101.4
+  // GFLOP/s (openblas/onednn) on a block's products".
   std::string description() const;
-  // {"requested", "library"} and for auto "gflops": {library: GFLOP/s}.
+  // {"requested", "library"} and for auto "gflops": {library: {"nt", "nn", "tn": GFLOP/s}}.
   nlohmann::json summary() const;
 };
 
 // Each rank's values → their element-wise maximum over the ranks (MpiWorld::max_over_ranks).
 using MaxOverRanks = std::function<std::vector<double>(std::vector<double>)>;
 
+// How many windows auto times each product for: 8, fewer where their operands would exceed 32 MiB per thread.
+int probe_windows(const std::vector<GemmProduct>& products);
+
 // UserError where `requested` is neither "auto" nor a library of this build.
 CpuGemmChoice choose_cpu_gemm(std::string_view requested, const ModelConfig& model, int threads,
                               const MaxOverRanks& max_over_ranks);
 
-// The choice among `names` given each one's seconds (the slowest rank's): the lowest, the first where equal.
-CpuGemmChoice fastest_cpu_gemm(const std::vector<std::string>& names, const std::vector<double>& seconds,
-                               double flops);
+// The choice among `names` given each one's seconds on each kind of product (the slowest rank's) and each kind's
+// FLOPs: per kind the lowest, the first where equal.
+CpuGemmChoice fastest_cpu_gemm(const std::vector<std::string>& names,
+                               const std::vector<std::array<double, 3>>& seconds, const std::array<double, 3>& flops);
 
 }  // namespace dptrain

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <ranges>
 
 #ifdef DPTRAIN_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
@@ -44,26 +45,97 @@ std::vector<std::string> cpu_gemm_names() {
 #endif
 }
 
-std::string cpu_gemm_unavailable(std::string_view name) {
+std::string_view gemm_case_name(GemmCase c) {
+  switch (c) {
+    case GemmCase::nt:
+      return "nt";
+    case GemmCase::nn:
+      return "nn";
+    case GemmCase::tn:
+      return "tn";
+  }
+  return "?";
+}
+
+namespace {
+
+// Why `library` cannot be used; empty if it can.
+std::string library_unavailable(std::string_view library) {
   const std::vector<std::string> names = cpu_gemm_names();
-  if (std::find(names.begin(), names.end(), name) != names.end()) return "";
-  if (name == "onednn")
+  if (std::find(names.begin(), names.end(), library) != names.end()) return "";
+  if (library == "onednn")
     return "--cpu-gemm onednn: this build has no oneDNN (apt-get install libdnnl-dev and build again); use "
            "--cpu-gemm openblas";
-  // "auto" is resolved by the trainer (train/cpu_gemm_choice.hpp) into one of these.
+  // "auto" is resolved by the trainer (train/cpu_gemm_choice.hpp) into one of these or a mix.
   std::vector<std::string> accepted = {"auto"};
   accepted.insert(accepted.end(), names.begin(), names.end());
   const std::string last = accepted.back();
   accepted.pop_back();
-  return fmt::format("--cpu-gemm: unknown library '{}' (expected {} or {})", name, fmt::join(accepted, ", "), last);
+  return fmt::format(
+      "--cpu-gemm: unknown library '{}' (expected {} or {}, or one per kind of product: "
+      "nt=LIB,nn=LIB,tn=LIB)",
+      library, fmt::join(accepted, ", "), last);
 }
 
-CpuGemm make_cpu_gemm(std::string_view name) {
-  if (const std::string why = cpu_gemm_unavailable(name); !why.empty()) throw UserError(why);
+// The library per case that `spec` names (a library, or nt=…,nn=…,tn=…), or why it names none.
+struct ParsedSpec {
+  std::array<std::string, 3> libraries;
+  std::string error;
+};
+
+ParsedSpec parse_spec(std::string_view spec) {
+  ParsedSpec parsed;
+  if (spec.find('=') == std::string_view::npos) {
+    parsed.libraries.fill(std::string(spec));
+    parsed.error = library_unavailable(spec);
+    return parsed;
+  }
+  const std::string usage =
+      fmt::format("--cpu-gemm '{}': name a library for each kind of product once, as nt=LIB,nn=LIB,tn=LIB", spec);
+  std::array<bool, 3> seen{};
+  for (const auto part : std::views::split(spec, ',')) {
+    const std::string_view item(part.begin(), part.end());
+    const std::size_t equals = item.find('=');
+    const auto named = std::find_if(kGemmCases.begin(), kGemmCases.end(),
+                                    [&](GemmCase c) { return gemm_case_name(c) == item.substr(0, equals); });
+    if (equals == std::string_view::npos || named == kGemmCases.end() || seen[std::size_t(*named)]) {
+      parsed.error = usage;
+      return parsed;
+    }
+    const std::string_view library = item.substr(equals + 1);
+    if (parsed.error = library_unavailable(library); !parsed.error.empty()) return parsed;
+    parsed.libraries[std::size_t(*named)] = std::string(library);
+    seen[std::size_t(*named)] = true;
+  }
+  if (std::find(seen.begin(), seen.end(), false) != seen.end()) parsed.error = usage;
+  return parsed;
+}
+
+SgemmFunction library_function(std::string_view library) {
 #ifdef DPTRAIN_HAVE_ONEDNN
-  if (name == "onednn") return {"onednn", onednn_sgemm};
+  if (library == "onednn") return onednn_sgemm;
 #endif
-  return {"openblas", openblas_sgemm};
+  DP_ASSERT(library == "openblas");
+  return openblas_sgemm;
+}
+
+}  // namespace
+
+std::string cpu_gemm_unavailable(std::string_view spec) { return parse_spec(spec).error; }
+
+std::string cpu_gemm_spec(const std::array<std::string, 3>& libraries) {
+  if (libraries[1] == libraries[0] && libraries[2] == libraries[0]) return libraries[0];
+  std::vector<std::string> items;
+  for (GemmCase c : kGemmCases) items.push_back(fmt::format("{}={}", gemm_case_name(c), libraries[std::size_t(c)]));
+  return fmt::format("{}", fmt::join(items, ","));
+}
+
+CpuGemm make_cpu_gemm(std::string_view spec) {
+  const ParsedSpec parsed = parse_spec(spec);
+  if (!parsed.error.empty()) throw UserError(parsed.error);
+  CpuGemm gemm{.name = cpu_gemm_spec(parsed.libraries), .libraries = parsed.libraries, .functions = {}};
+  for (std::size_t i = 0; i < 3; ++i) gemm.functions[i] = library_function(parsed.libraries[i]);
+  return gemm;
 }
 
 std::vector<GemmProduct> block_products(int rows, int C, int threads) {
@@ -76,26 +148,36 @@ std::vector<GemmProduct> block_products(int rows, int C, int threads) {
   return products;
 }
 
-double time_products(const CpuGemm& gemm, std::span<const GemmProduct> products, int threads, int rounds) {
+double time_products(const CpuGemm& gemm, std::span<const GemmProduct> products, int threads, int windows,
+                     int rounds) {
   std::size_t a_size = 0, b_size = 0, c_size = 0;
   for (const GemmProduct& p : products) {
     a_size = std::max(a_size, std::size_t(p.m) * std::size_t(p.k));
     b_size = std::max(b_size, std::size_t(p.k) * std::size_t(p.n));
     c_size = std::max(c_size, std::size_t(p.m) * std::size_t(p.n));
   }
-  // Each thread its own A, B, C (small values: no overflow, no subnormals over a few products).
-  std::vector<std::vector<float>> operands(std::size_t(threads), std::vector<float>(a_size + b_size + c_size, 1e-3f));
+  const std::size_t window_size = a_size + b_size + c_size;
+  // Each thread `windows` sets of A, B, C (small values: no overflow, no subnormals over a few products): a product
+  // reads the activations of each window from the window's own set, and the weight operand (B of nt and nn, C of tn)
+  // from the first, as the backend's calls do window after window.
+  std::vector<std::vector<float>> operands(std::size_t(threads),
+                                           std::vector<float>(std::size_t(windows) * window_size, 1e-3f));
   double best = std::numeric_limits<double>::infinity();
   for (int round = 0; round <= rounds; ++round) {  // round 0 warms the library's buffers and the caches
     const auto start = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads)
     {
-      float* a = operands[std::size_t(omp_get_thread_num())].data();
-      float* b = a + a_size;
-      float* c = b + b_size;
+      float* first = operands[std::size_t(omp_get_thread_num())].data();
       for (const GemmProduct& p : products)
-        gemm.sgemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, p.trans_a ? p.m : p.k, b, p.trans_b ? p.k : p.n,
-                   0.0f, c, p.n);
+        for (int window = 0; window < windows; ++window) {
+          float* own = first + std::size_t(window) * window_size;
+          const bool weight_gradient = p.gemm_case() == GemmCase::tn;
+          const float* a = own;
+          const float* b = (weight_gradient ? own : first) + a_size;
+          float* c = (weight_gradient ? first : own) + a_size + b_size;
+          gemm.sgemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, p.trans_a ? p.m : p.k, b, p.trans_b ? p.k : p.n,
+                     weight_gradient ? 1.0f : 0.0f, c, p.n);
+        }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (round > 0) best = std::min(best, seconds);
