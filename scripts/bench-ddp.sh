@@ -4,6 +4,7 @@
 # model and global batch, measured in the same run (alternating, twice each). Prints global tokens/s and the ratio,
 # with the CPU model and its vector extensions (the figures depend on them).
 # Usage: scripts/bench-ddp.sh [config (default configs/small.toml)] [ranks (default 2)] [threads per rank (1)] [steps (12)]
+# DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm auto"); ROUNDS: alternations (default 2).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
@@ -17,7 +18,7 @@ dptrain_config_shape "$config"
 # Global tokens/s, from rank 0's JSONL log.
 dptrain_tokens_per_s() {
   mpirun -np "$ranks" --oversubscribe "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" \
-    --threads "$threads" --eval-every 0 --check-every 0 --quiet --log "$work/run.jsonl" >/dev/null
+    --threads "$threads" --eval-every 0 --check-every 0 --quiet --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null
   dptrain_median_tokens_per_s "$work/run.jsonl"
 }
 pytorch_tokens_per_s() {
@@ -29,4 +30,5 @@ pytorch_tokens_per_s() {
 dptrain_cpu_line
 echo "config $(basename "$config"): L=$layers H=$width heads=$heads Q=$seq V=$vocab global batch=$batch," \
   "$ranks ranks x $threads thread(s)"
+echo "dptrain flags: ${DPTRAIN_FLAGS:-(defaults)}"
 dptrain_peer_rounds ddp_tok/s

@@ -2,6 +2,7 @@
 # Training throughput of one process: dptrain against PyTorch's CPU eager mode on the same architecture, shapes,
 # optimizer and thread count, measured in the same run (alternating, twice each). Prints tokens/s and the ratio.
 # Usage: scripts/bench-train.sh [config (default configs/small.toml)] [threads (default: all cores)] [steps]
+# DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm auto"); ROUNDS: alternations (default 2).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
@@ -13,7 +14,7 @@ dptrain_config_shape "$config"
 
 dptrain_tokens_per_s() {
   "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" --threads "$threads" --eval-every 0 \
-    --quiet --log "$work/run.jsonl" >/dev/null
+    --quiet --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null
   dptrain_median_tokens_per_s "$work/run.jsonl"
 }
 pytorch_tokens_per_s() {
@@ -24,4 +25,5 @@ pytorch_tokens_per_s() {
 
 dptrain_cpu_line
 echo "config $(basename "$config"): L=$layers H=$width heads=$heads Q=$seq V=$vocab batch=$batch, $threads thread(s)"
+echo "dptrain flags: ${DPTRAIN_FLAGS:-(defaults)}"
 dptrain_peer_rounds pytorch_tok/s
