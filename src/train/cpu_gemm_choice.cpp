@@ -13,7 +13,7 @@ namespace {
 constexpr int kRounds = 3;      // timed rounds per library and kind, after one warm-up
 constexpr int kMaxRows = 128;   // a window's rows, capped: the choice costs tens of ms even at Q = 1024
 constexpr int kMaxWindows = 8;  // windows per product and thread, as many as fit kProbeBytes
-constexpr std::size_t kProbeBytes = 32u << 20;  // the probe's operands per thread
+constexpr std::size_t kProbeBytes = 16u << 20;  // the probe's activations per thread
 }  // namespace
 
 std::string CpuGemmChoice::description() const {
@@ -62,13 +62,7 @@ CpuGemmChoice fastest_cpu_gemm(const std::vector<std::string>& names,
 }
 
 int probe_windows(const std::vector<GemmProduct>& products) {
-  std::size_t a = 0, b = 0, c = 0;  // time_products holds the largest A, B and C per window
-  for (const GemmProduct& p : products) {
-    a = std::max(a, std::size_t(p.m) * std::size_t(p.k));
-    b = std::max(b, std::size_t(p.k) * std::size_t(p.n));
-    c = std::max(c, std::size_t(p.m) * std::size_t(p.n));
-  }
-  return int(std::clamp<std::size_t>(kProbeBytes / ((a + b + c) * sizeof(float)), 1, kMaxWindows));
+  return int(std::clamp<std::size_t>(kProbeBytes / probe_window_bytes(products), 1, kMaxWindows));
 }
 
 CpuGemmChoice choose_cpu_gemm(std::string_view requested, const ModelConfig& model, int threads,

@@ -80,15 +80,16 @@ TEST(CpuGemmChoice, AutoTimesEveryLibraryOnEveryKindAndTheSlowestRanksTimesDecid
   }
 }
 
-TEST(CpuGemmChoice, TheProbeHoldsAtMost32MiBPerThread) {
-  // C = 4096 at 1 thread: A 128×16384, B 4096×16384, C the weight gradient 16384×4096 floats, 520 MiB a window:
-  // one window.
-  EXPECT_EQ(probe_windows(block_products(128, 4096, 1)), 1);
-  // C = 256: 128×1024 + 1024×256 (fc projection's B) + 128×1024 floats = 2 MiB a window: 8 windows (16 MiB).
-  EXPECT_EQ(probe_windows(block_products(128, 256, 2)), 8);
-  // C = 512 at 2 threads: A 128×2048, B 512×2048, C the weight gradient's block 1024×512: 1,835,008 floats, 7 MiB
-  // a window: 4 windows.
-  EXPECT_EQ(probe_windows(block_products(128, 512, 2)), 4);
+// Per thread and window the probe holds a product's activations: A and C of the forward and input-gradient
+// products (128 rows × (C + 4C) for fc and fc projection), A and B of the weight gradient (at 2 threads
+// 128 × (4C/2 + C) or 128 × (C/2 + 4C), less): 640·C floats. The weights are shared, the weight-gradient block is
+// one per thread.
+TEST(CpuGemmChoice, TheProbeHoldsAtMost16MiBOfActivationsPerThread) {
+  EXPECT_EQ(probe_window_bytes(block_products(128, 256, 2)), 640u * 256 * 4);
+  EXPECT_EQ(probe_windows(block_products(128, 256, 2)), 8);    // 640 KiB a window: 8 windows, the most
+  EXPECT_EQ(probe_windows(block_products(128, 1024, 2)), 6);   // 2.5 MiB a window
+  EXPECT_EQ(probe_windows(block_products(128, 4096, 1)), 1);   // 10 MiB a window
+  EXPECT_EQ(probe_windows(block_products(128, 16384, 1)), 1);  // 40 MiB: still one
 }
 
 TEST(CpuGemmChoice, BlockProductsAreTheBackendsCallsForOneWindow) {

@@ -67,11 +67,13 @@ struct GemmProduct {
 // thread's weight-gradient block is 1/threads of the rows).
 std::vector<GemmProduct> block_products(int rows, int C, int threads);
 
-// Seconds for every thread of an OpenMP team of `threads` to run each of `products` for `windows` windows, on
-// operands of its own (so the threads share the caches and memory as training does) and the activations of each
-// window apart (so they come from memory, not from the last call's cache): the best of `rounds` rounds after one
-// warm-up.
+// Seconds for every thread of an OpenMP team of `threads` to run each of `products` for `windows` windows, as the
+// backend's calls do window after window: the weight operand (B of nt and nn) shared by the threads, each thread's
+// weight-gradient block (C of tn) its own, and the activations of each window apart (so they come from memory, not
+// from the last call's cache). The best of `rounds` rounds after one warm-up.
 double time_products(const CpuGemm& gemm, std::span<const GemmProduct> products, int threads, int windows,
                      int rounds);
+// The activations time_products holds per thread and window, in bytes.
+std::size_t probe_window_bytes(std::span<const GemmProduct> products);
 
 }  // namespace dptrain

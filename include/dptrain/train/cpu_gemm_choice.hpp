@@ -37,7 +37,7 @@ struct CpuGemmChoice {
 // Each rank's values → their element-wise maximum over the ranks (MpiWorld::max_over_ranks).
 using MaxOverRanks = std::function<std::vector<double>(std::vector<double>)>;
 
-// How many windows auto times each product for: 8, fewer where their operands would exceed 32 MiB per thread.
+// How many windows auto times each product for: 8, fewer where their activations would exceed 16 MiB per thread.
 int probe_windows(const std::vector<GemmProduct>& products);
 
 // UserError where `requested` is neither "auto" nor a library of this build.

@@ -148,35 +148,59 @@ std::vector<GemmProduct> block_products(int rows, int C, int threads) {
   return products;
 }
 
+namespace {
+
+// What time_products holds, in floats: the weight operand (B of nt and nn) once, shared by the threads as the
+// backend's weights are; per thread its weight-gradient block (C of tn); per thread and window the activations (A,
+// and C of nt and nn or B of tn).
+struct ProbeSizes {
+  std::size_t weight = 0, block = 0, window = 0;
+};
+
+ProbeSizes probe_sizes(std::span<const GemmProduct> products) {
+  ProbeSizes sizes;
+  for (const GemmProduct& p : products) {
+    const std::size_t a = std::size_t(p.m) * std::size_t(p.k), b = std::size_t(p.k) * std::size_t(p.n),
+                      c = std::size_t(p.m) * std::size_t(p.n);
+    if (p.gemm_case() == GemmCase::tn) {
+      sizes.block = std::max(sizes.block, c);
+      sizes.window = std::max(sizes.window, a + b);
+    } else {
+      sizes.weight = std::max(sizes.weight, b);
+      sizes.window = std::max(sizes.window, a + c);
+    }
+  }
+  return sizes;
+}
+
+}  // namespace
+
+std::size_t probe_window_bytes(std::span<const GemmProduct> products) {
+  return probe_sizes(products).window * sizeof(float);
+}
+
 double time_products(const CpuGemm& gemm, std::span<const GemmProduct> products, int threads, int windows,
                      int rounds) {
-  std::size_t a_size = 0, b_size = 0, c_size = 0;
-  for (const GemmProduct& p : products) {
-    a_size = std::max(a_size, std::size_t(p.m) * std::size_t(p.k));
-    b_size = std::max(b_size, std::size_t(p.k) * std::size_t(p.n));
-    c_size = std::max(c_size, std::size_t(p.m) * std::size_t(p.n));
-  }
-  const std::size_t window_size = a_size + b_size + c_size;
-  // Each thread `windows` sets of A, B, C (small values: no overflow, no subnormals over a few products): a product
-  // reads the activations of each window from the window's own set, and the weight operand (B of nt and nn, C of tn)
-  // from the first, as the backend's calls do window after window.
-  std::vector<std::vector<float>> operands(std::size_t(threads),
-                                           std::vector<float>(std::size_t(windows) * window_size, 1e-3f));
+  const ProbeSizes sizes = probe_sizes(products);
+  // Small values: no overflow, no subnormals over a few products.
+  const std::vector<float> weight(std::max<std::size_t>(sizes.weight, 1), 1e-3f);
+  std::vector<std::vector<float>> own(std::size_t(threads),
+                                      std::vector<float>(sizes.block + std::size_t(windows) * sizes.window, 1e-3f));
   double best = std::numeric_limits<double>::infinity();
   for (int round = 0; round <= rounds; ++round) {  // round 0 warms the library's buffers and the caches
     const auto start = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads)
     {
-      float* first = operands[std::size_t(omp_get_thread_num())].data();
+      float* block = own[std::size_t(omp_get_thread_num())].data();
       for (const GemmProduct& p : products)
         for (int window = 0; window < windows; ++window) {
-          float* own = first + std::size_t(window) * window_size;
-          const bool weight_gradient = p.gemm_case() == GemmCase::tn;
-          const float* a = own;
-          const float* b = (weight_gradient ? own : first) + a_size;
-          float* c = (weight_gradient ? first : own) + a_size + b_size;
-          gemm.sgemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, p.trans_a ? p.m : p.k, b, p.trans_b ? p.k : p.n,
-                     weight_gradient ? 1.0f : 0.0f, c, p.n);
+          float* a = block + sizes.block + std::size_t(window) * sizes.window;
+          float* second = a + std::size_t(p.m) * std::size_t(p.k);  // B of tn, C of nt and nn
+          const int lda = p.trans_a ? p.m : p.k, ldb = p.trans_b ? p.k : p.n;
+          if (p.gemm_case() == GemmCase::tn)
+            gemm.sgemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, second, ldb, 1.0f, block, p.n);
+          else
+            gemm.sgemm(p.trans_a, p.trans_b, p.m, p.n, p.k, 1.0f, a, lda, weight.data(), ldb, 0.0f, second, p.n);
         }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
