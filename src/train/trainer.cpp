@@ -12,6 +12,7 @@
 
 #include "dptrain/comm/collective_skew.hpp"
 #include "dptrain/core/available_memory.hpp"
+#include "dptrain/core/cpu_info.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/hardware.hpp"
@@ -216,9 +217,10 @@ int Trainer::run() {
                       ? fmt::format("auto (on and off timed alternately on steps 2-{}, the faster kept)",
                                     1 + 2 * OverlapChoice::kTrialPairs)
                       : overlap_choice_.mode()));
-  say(fmt::format("dptrain | device {} ({}) | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
+  say(fmt::format("dptrain | device {} ({}){} | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
                   backend_->name() == "cpu" ? "sgemm " + cpu_gemm_choice_.description() : backend_->device().name(),
-                  link_.description, peak_flops_ / 1e9, peak_source_));
+                  backend_->name() == "cpu" ? " on " + host_cpu_info().description() : "", link_.description,
+                  peak_flops_ / 1e9, peak_source_));
   RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
                  .tokens_per_step = tokens_per_step,
                  .steps = options_.steps,
@@ -337,7 +339,8 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
                    .first_step = first_step_,
                    .threads = threads_,
                    .overlap_choice = overlap_choice_.summary(),
-                   .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary() : nlohmann::json()});
+                   .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary() : nlohmann::json(),
+                   .host_cpu = host_cpu_info()});
   for (const std::string& line : summary.lines) say(line);
   if (op_times_) {  // rank 0's own operations
     const OpTimesReport report = op_times_report(op_times_->rows(), op_times_steps_, op_times_seconds_, peak_flops_);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "dptrain/compute/cpu_gemm.hpp"
+#include "dptrain/core/cpu_info.hpp"
 #include "test_support.hpp"
 
 namespace dptrain {
@@ -135,7 +136,12 @@ TEST_F(DptrainProgram, EveryCpuGemmLibraryTrainsTheSameModel) {
   const auto reference =
       testing::run_logged(dptrain("--steps 4 --log " + (dir_ / "openblas.jsonl")), dir_ / "openblas.jsonl");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  EXPECT_NE(reference.output.find("device cpu (sgemm openblas)"), std::string::npos) << reference.output;
+  // The start-up line and the summary name this host's CPU (what decides which kernels ran).
+  const CpuInfo cpu = host_cpu_info();
+  EXPECT_NE(reference.output.find("device cpu (sgemm openblas) on " + cpu.description() + " |"), std::string::npos)
+      << reference.output;
+  EXPECT_EQ(reference.summary["host_cpu"],
+            (nlohmann::json{{"model", cpu.model}, {"vector_extensions", cpu.vector_extensions}}));
   std::vector<std::string> specs = cpu_gemm_names();
   if (specs.size() == 2) specs.push_back("nt=onednn,nn=openblas,tn=onednn");  // a mix, one library per kind
   for (std::size_t i = 0; i < specs.size(); ++i) {

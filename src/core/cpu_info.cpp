@@ -1,0 +1,58 @@
+#include "dptrain/core/cpu_info.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <ranges>
+#include <sstream>
+
+namespace dptrain {
+
+namespace {
+
+// The value of the first line "key<spaces>: value" of `text`, empty where there is none.
+std::string_view first_value(std::string_view text, std::string_view key) {
+  for (const auto part : std::views::split(text, '\n')) {
+    const std::string_view line(part.begin(), part.end());
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string_view name = line.substr(0, colon);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
+    if (name != key) continue;
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    return value;
+  }
+  return {};
+}
+
+bool is_vector_extension(std::string_view flag) {
+  return flag == "avx" || flag == "avx2" || flag == "fma" || flag.starts_with("avx512") || flag.starts_with("amx");
+}
+
+}  // namespace
+
+std::string CpuInfo::description() const {
+  if (vector_extensions.empty()) return model + " (no vector extensions)";
+  return fmt::format("{} ({})", model, fmt::join(vector_extensions, " "));
+}
+
+CpuInfo parse_cpuinfo(std::string_view text) {
+  CpuInfo info;
+  if (const std::string_view model = first_value(text, "model name"); !model.empty()) info.model = model;
+  for (const auto part : std::views::split(first_value(text, "flags"), ' ')) {
+    const std::string_view flag(part.begin(), part.end());
+    if (is_vector_extension(flag)) info.vector_extensions.emplace_back(flag);
+  }
+  return info;
+}
+
+CpuInfo host_cpu_info() {
+  std::ifstream in("/proc/cpuinfo");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_cpuinfo(text.str());
+}
+
+}  // namespace dptrain
