@@ -24,7 +24,8 @@ dptrain_cpu_line() {
   cpu=$(grep -m1 '^model name' /proc/cpuinfo | sed 's/.*: //')
   extensions=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
     grep -E '^(avx|avx2|fma|avx512[a-z_0-9]*|amx[a-z_0-9]*)$' | tr '\n' ' ')
-  echo "cpu: $cpu, $(nproc) cores, vector extensions: ${extensions:-none}"
+  echo "cpu: $cpu, $(nproc) cores, vector extensions: ${extensions:-none}" \
+    "${OPENBLAS_CORETYPE:+(OpenBLAS pinned to its $OPENBLAS_CORETYPE kernels by OPENBLAS_CORETYPE)}"
 }
 
 # Sets layers, width, heads, seq, vocab and batch from the TOML config $1 (for the PyTorch peers).
