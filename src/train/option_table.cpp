@@ -2,13 +2,14 @@
 // on, and the checkpoint's "training" metadata.
 #include "dptrain/train/option_table.hpp"
 
-#include <fmt/format.h>
-
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
+
+#include <fmt/format.h>
 
 #include "dptrain/core/error.hpp"
 
@@ -56,7 +57,8 @@ CLI::Validator finite_number() {
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
-        if (end != text.c_str() && !std::isfinite(value)) return fmt::format("must be a finite number, got {}", text);
+        if (end != text.c_str() && !std::isfinite(value))
+          return fmt::format("must be a finite number, got {}", text);
         return {};  // a finite number, or not a number at all (the conversion reports that)
       },
       "FINITE");
@@ -104,8 +106,7 @@ TrainOption entry(std::string flag, std::string help, Field field, Agreement agr
   return option;
 }
 
-#define DPTRAIN_FIELD(member) \
-  [](auto& o) -> auto& { return o.member; }
+#define DPTRAIN_FIELD(member) [](auto& o) -> auto& { return o.member; }
 
 std::vector<TrainOption> make_table() {
   constexpr Agreement all = Agreement::every_rank, own = Agreement::per_rank;
@@ -148,8 +149,9 @@ std::vector<TrainOption> make_table() {
             all, saved),
       entry("--grad-dtype", "Gradient and wire type: bf16 or fp32", DPTRAIN_FIELD(grad_dtype), all, saved),
       entry("--cpu-gemm",
-            "The cpu backend's sgemm library: openblas, onednn where the build has it, or auto (each timed on the "
-            "model's products at start-up, the faster kept)",
+            "The cpu backend's sgemm library: openblas, onednn where the build has it, one per kind of product "
+            "(nt=LIB,nn=LIB,tn=LIB), or auto (each timed on the model's products at start-up, the fastest per kind "
+            "kept)",
             DPTRAIN_FIELD(cpu_gemm), all, unsaved),
       entry("--check-every", "Compare a hash of the weights across ranks every N steps", DPTRAIN_FIELD(check_every),
             all, unsaved),
@@ -189,9 +191,10 @@ std::vector<TrainOption> make_table() {
       // Saving is collective (barriers, one shard per rank into rank 0's folder).
       entry("--save", "Checkpoint directory (written at the end and every --save-every steps)", DPTRAIN_FIELD(save),
             all, unsaved, Shown::nothing),
-      entry("--save-every", "Checkpoint every N steps (0: only at the end)", DPTRAIN_FIELD(save_every), all, unsaved),
-      entry("--resume", "Continue from the latest checkpoint in this directory", DPTRAIN_FIELD(resume), all, unsaved,
-            Shown::nothing),
+      entry("--save-every", "Checkpoint every N steps (0: only at the end)", DPTRAIN_FIELD(save_every), all,
+            unsaved),
+      entry("--resume", "Continue from the latest checkpoint in this directory", DPTRAIN_FIELD(resume), all,
+            unsaved, Shown::nothing),
       // Rank 0 alone checks and prunes --save, but the run's outcome must not depend on which rank was told.
       entry("--overwrite", "Let a run that does not resume from --save replace the checkpoints already there",
             DPTRAIN_FIELD(overwrite), all, unsaved),

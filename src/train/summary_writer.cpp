@@ -25,18 +25,11 @@ nlohmann::json collectives_table(const CollectiveTable& rows, std::vector<std::s
                                 collective_op_name(op), algorithm_name(algo), size, row.calls, row.bytes_sent,
                                 1e3 * row.measured, 1e3 * row.transfer, 1e3 * row.skew, 1e3 * row.modelled,
                                 row.transfer / row.modelled));
-    table.push_back({{"op", collective_op_name(op)},
-                     {"algo", algorithm_name(algo)},
-                     {"size", size},
-                     {"calls", row.calls},
-                     {"bytes", row.bytes},
-                     {"bytes_sent", row.bytes_sent},
-                     {"measured_ms", 1e3 * row.measured},
-                     {"transfer_ms", 1e3 * row.transfer},
-                     {"skew_ms", 1e3 * row.skew},
-                     {"modelled_ms", 1e3 * row.modelled},
-                     {"ratio", row.transfer / row.modelled},
-                     {"measured_ratio", row.measured / row.modelled}});
+    table.push_back({{"op", collective_op_name(op)}, {"algo", algorithm_name(algo)}, {"size", size},
+                     {"calls", row.calls}, {"bytes", row.bytes}, {"bytes_sent", row.bytes_sent},
+                     {"measured_ms", 1e3 * row.measured}, {"transfer_ms", 1e3 * row.transfer},
+                     {"skew_ms", 1e3 * row.skew}, {"modelled_ms", 1e3 * row.modelled},
+                     {"ratio", row.transfer / row.modelled}, {"measured_ratio", row.measured / row.modelled}});
   }
   return table;
 }
@@ -75,8 +68,9 @@ RunSummary run_summary(const SummaryInputs& in) {
     lines.push_back(fmt::format(
         "dptrain | per step: comm {:.2f} ms = transfer {:.2f} (model {:.2f}) + skew {:.2f}, exposed {:.2f} ms "
         "(model {:.2f}): {:.0f}% of communication hidden (model {:.0f}%)",
-        1e3 * t.comm * per_step, 1e3 * t.transfer * per_step, 1e3 * t.comm_model * per_step, 1e3 * t.skew * per_step,
-        1e3 * t.exposed * per_step, 1e3 * t.exposed_model * per_step, 100 * hidden, 100 * hidden_model));
+        1e3 * t.comm * per_step, 1e3 * t.transfer * per_step, 1e3 * t.comm_model * per_step,
+        1e3 * t.skew * per_step, 1e3 * t.exposed * per_step,
+        1e3 * t.exposed_model * per_step, 100 * hidden, 100 * hidden_model));
 
   // Bytes each rank sends per step and memory per rank, against SYSTEMS-MODEL.md's ZeRO formulas.
   const double params = double(in.parameters), grad_bytes = double(element_size(o.grad_dtype));
@@ -98,10 +92,8 @@ RunSummary run_summary(const SummaryInputs& in) {
     units.push_back({{"name", u.name}, {"elements", u.range.size()}, {"padded", u.padded}});
   summary.record = {
       {"event", "summary"},
-      {"link",
-       {{"alpha_s", in.link.link.alpha_s},
-        {"bandwidth_Bps", in.link.link.bandwidth_Bps},
-        {"source", in.link.description}}},
+      {"link", {{"alpha_s", in.link.link.alpha_s}, {"bandwidth_Bps", in.link.link.bandwidth_Bps},
+                {"source", in.link.description}}},
       {"peak_flops_per_rank", run.peak_flops},
       {"mfu", t.seconds > 0 ? cost::mfu(run.flops_per_step * t.steps, t.seconds, run.ranks, run.peak_flops) : 0.0},
       {"collectives", table},

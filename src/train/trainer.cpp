@@ -117,7 +117,7 @@ void Trainer::connect() {
   if (backend_->name() == "cpu") {  // on every rank or none: the device and --cpu-gemm agree by now
     cpu_gemm_choice_ = choose_cpu_gemm(options_.cpu_gemm, options_.model, threads_,
                                        [this](std::vector<double> v) { return world_.max_over_ranks(std::move(v)); });
-    *cpu_gemm_ = make_cpu_gemm(cpu_gemm_choice_.library);
+    if (options_.cpu_gemm == "auto") *cpu_gemm_ = make_cpu_gemm(cpu_gemm_choice_.library);
   }
   transport_ = connect_run_transport(*backend_, parse_algorithm(options_.allreduce), engine_->comm_stream(),
                                      placement_.gpu(), options_.comm_timeout);
@@ -219,14 +219,14 @@ int Trainer::run() {
                       : overlap_choice_.mode()));
   say(fmt::format("dptrain | device {} ({}){} | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
                   backend_->name() == "cpu" ? "sgemm " + cpu_gemm_choice_.description() : backend_->device().name(),
-                  backend_->name() == "cpu" ? " on " + host_cpu_info().description() : "", link_.description,
+                  backend_->name() == "cpu" ? " on " + host_cpu_.description() : "", link_.description,
                   peak_flops_ / 1e9, peak_source_));
   RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
-                 .tokens_per_step = tokens_per_step,
-                 .steps = options_.steps,
-                 .ranks = world_.size(),
-                 .peak_flops = peak_flops_,
-                 .overlap = overlap_choice_.overlap_for_step(0)};
+                       .tokens_per_step = tokens_per_step,
+                       .steps = options_.steps,
+                       .ranks = world_.size(),
+                       .peak_flops = peak_flops_,
+                       .overlap = overlap_choice_.overlap_for_step(0)};
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
   catch_stop_signals();
   if (first_step_ > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step_));
@@ -272,8 +272,8 @@ int Trainer::run() {
         },
         "the exchange of entry times, step times and stop requests");
     if (const auto choice = overlap_choice_.record(index, slowest_seconds)) say(*choice);
-    const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(), link_.link,
-                                            totals.collectives);
+    const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(),
+                                            link_.link, totals.collectives);
     const std::string skipped = result.finite
                                     ? std::string()
                                     : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite",
@@ -327,20 +327,20 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
       memory_figures(engine_->memory(), peak_resident_bytes(), double(backend_->device().memory_in_use()));
   std::vector<double> largest;
   engine_->run_on_comm_executor([&] { largest = world_.max_over_ranks(mine); }, "the exchange of memory figures");
-  RunSummary summary =
-      run_summary({.options = options_,
-                   .run = run,
-                   .totals = totals,
-                   .plan = engine_->plan(),
-                   .parameters = engine_->layout().total(),
-                   .link = link_,
-                   .memory_mine = mine,
-                   .memory_largest = largest,
-                   .first_step = first_step_,
-                   .threads = threads_,
-                   .overlap_choice = overlap_choice_.summary(),
-                   .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary() : nlohmann::json(),
-                   .host_cpu = host_cpu_info()});
+  RunSummary summary = run_summary({.options = options_,
+                                    .run = run,
+                                    .totals = totals,
+                                    .plan = engine_->plan(),
+                                    .parameters = engine_->layout().total(),
+                                    .link = link_,
+                                    .memory_mine = mine,
+                                    .memory_largest = largest,
+                                    .first_step = first_step_,
+                                    .threads = threads_,
+                                    .overlap_choice = overlap_choice_.summary(),
+                                    .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary()
+                                                                          : nlohmann::json(),
+                                    .host_cpu = host_cpu_});
   for (const std::string& line : summary.lines) say(line);
   if (op_times_) {  // rank 0's own operations
     const OpTimesReport report = op_times_report(op_times_->rows(), op_times_steps_, op_times_seconds_, peak_flops_);

@@ -40,7 +40,7 @@ using MaxOverRanks = std::function<std::vector<double>(std::vector<double>)>;
 // How many windows auto times each product for: 8, fewer where their activations would exceed 16 MiB per thread.
 int probe_windows(const std::vector<GemmProduct>& products);
 
-// UserError where `requested` is neither "auto" nor a library of this build.
+// UserError where `requested` is neither "auto" nor a library or mix of this build's libraries.
 CpuGemmChoice choose_cpu_gemm(std::string_view requested, const ModelConfig& model, int threads,
                               const MaxOverRanks& max_over_ranks);
 

@@ -5,9 +5,10 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "dptrain/core/cpu_info.hpp"
 #include "dptrain/dp/engine.hpp"
@@ -38,11 +39,11 @@ struct SummaryInputs {
   std::size_t parameters = 0;
   const LinkSource& link;
   std::vector<double> memory_mine, memory_largest;  // memory_figures() of this rank and the maximum over ranks
-  int first_step = 0;                               // loop steps done before this run (a resume)
-  int threads = 1;                                  // per rank
-  nlohmann::json overlap_choice;                    // OverlapChoice::summary()
-  nlohmann::json cpu_gemm;                          // CpuGemmChoice::summary(); null on cuda
-  CpuInfo host_cpu;                                 // rank 0's host CPU
+  int first_step = 0;  // loop steps done before this run (a resume)
+  int threads = 1;     // per rank
+  nlohmann::json overlap_choice;  // OverlapChoice::summary()
+  nlohmann::json cpu_gemm;        // CpuGemmChoice::summary(); null on cuda
+  CpuInfo host_cpu;               // rank 0's host CPU
 };
 
 struct RunSummary {

@@ -7,6 +7,7 @@
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/compute/op_timing_backend.hpp"
+#include "dptrain/core/cpu_info.hpp"
 #include "dptrain/dp/engine.hpp"
 #include "dptrain/train/cpu_gemm_choice.hpp"
 #include "dptrain/train/data.hpp"
@@ -71,6 +72,7 @@ class Trainer {
   OverlapChoice overlap_choice_{"on"};
   std::shared_ptr<CpuGemm> cpu_gemm_;  // what the cpu backend multiplies with; set in connect() for auto
   CpuGemmChoice cpu_gemm_choice_;      // how it was chosen; unused on cuda
+  CpuInfo host_cpu_ = host_cpu_info();  // named beside every figure
   int threads_ = 1;
   std::size_t local_windows_ = 0;
   std::vector<std::int32_t> windows_;  // [local_windows, Q+1]
