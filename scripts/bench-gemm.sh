@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # GEMM efficiency of the cpu backend in training: the FLOP/s its GEMM-bearing operations reach inside a real step
-# (dptrain --op-times: matmul forward/backward, attention), against the library's own peak on this CPU, measured in
-# the same run: the best of OpenBLAS's sgemm on square matrices of 512, 1024 and 2048 with the same thread count
-# (through numpy, which calls the same libopenblas). Prints the peak, each operation's GFLOP/s and its share of it.
+# (dptrain --op-times: matmul forward/backward, attention), against the peak of the sgemm library the run used
+# (--cpu-gemm; by-cpu by default), measured in the same run: dptrain's own probe, the best of 5 of that library's
+# 1024 × 1024 × 1024 product with the same thread count (the MFU peak of a cpu run). OpenBLAS's peak through numpy
+# (the same libopenblas; best of 512/1024/2048 square) is printed beside it. Prints each operation's GFLOP/s and its
+# share of the peak.
 # Usage: scripts/bench-gemm.sh [config (default configs/small.toml)] [threads (default: all cores)] [steps (12)]
+# DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm onednn-bf16").
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
@@ -30,16 +33,16 @@ PY
 
 dptrain_cpu_line
 echo "config $(basename "$config"), $threads thread(s), $steps steps (timed: 2..$steps)"
-peak=$(library_peak_gflops)
-echo "library peak: OpenBLAS sgemm, best of 512/1024/2048 square, $threads thread(s): $peak GFLOP/s"
+echo "OpenBLAS sgemm through numpy, best of 512/1024/2048 square, $threads thread(s): $(library_peak_gflops) GFLOP/s"
 "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" --threads "$threads" --eval-every 0 --check-every 0 \
-  --quiet --op-times --log "$work/run.jsonl" --peak-tflops "$(awk -v p="$peak" 'BEGIN { print p / 1000 }')" \
-  >/dev/null
-/usr/bin/python3 - "$work/run.jsonl" "$peak" <<'PY'
+  --quiet --op-times --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null
+/usr/bin/python3 - "$work/run.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 summary = next(r for r in rows if r.get("event") == "summary")
-peak = float(sys.argv[2])
+peak = summary["peak_flops_per_rank"] / 1e9
+print(f"library peak: {summary['cpu_gemm']['library']} (--cpu-gemm {summary['cpu_gemm']['requested']}), "
+      f"1024 square, dptrain's probe: {peak:.1f} GFLOP/s")
 gemm = [r for r in summary["op_times"] if r.get("gflops")]
 print(f"{'op':<22} {'ms/step':>9} {'share':>7} {'GFLOP/s':>9} {'of peak':>8}")
 for r in gemm:

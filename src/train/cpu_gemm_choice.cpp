@@ -17,6 +17,7 @@ constexpr std::size_t kProbeBytes = 16u << 20;  // the probe's activations per t
 }  // namespace
 
 std::string CpuGemmChoice::description() const {
+  if (requested == "by-cpu") return fmt::format("by-cpu → {} ({})", library, reason);
   if (requested != "auto") return library;
   std::vector<std::string> names, figures;
   for (const auto& [name, rates] : gflops) names.push_back(name);
@@ -31,6 +32,7 @@ std::string CpuGemmChoice::description() const {
 
 nlohmann::json CpuGemmChoice::summary() const {
   nlohmann::json out = {{"requested", requested}, {"library", library}};
+  if (requested == "by-cpu") out["reason"] = reason;
   if (requested == "auto") {
     nlohmann::json rates = nlohmann::json::object();
     for (const auto& [name, rate] : gflops)
@@ -65,8 +67,24 @@ int probe_windows(const std::vector<GemmProduct>& products) {
   return int(std::clamp<std::size_t>(kProbeBytes / probe_window_bytes(products), 1, kMaxWindows));
 }
 
+CpuGemmChoice cpu_gemm_for_cpu(const CpuInfo& cpu) {
+  const auto& extensions = cpu.vector_extensions;
+  const bool avx512 = std::find(extensions.begin(), extensions.end(), "avx512f") != extensions.end();
+  const std::vector<std::string> names = cpu_gemm_names();
+  const bool onednn = std::find(names.begin(), names.end(), "onednn") != names.end();
+  return {.requested = "by-cpu",
+          .library = avx512 && onednn ? "onednn" : "openblas",
+          .reason = avx512 ? (onednn ? "AVX-512" : "AVX-512, but built without oneDNN") : "no AVX-512"};
+}
+
+std::string initial_cpu_gemm(std::string_view requested, const CpuInfo& cpu) {
+  if (requested == "by-cpu") return cpu_gemm_for_cpu(cpu).library;
+  return requested == "auto" ? "openblas" : std::string(requested);
+}
+
 CpuGemmChoice choose_cpu_gemm(std::string_view requested, const ModelConfig& model, int threads,
-                              const MaxOverRanks& max_over_ranks) {
+                              const MaxOverRanks& max_over_ranks, const CpuInfo& cpu) {
+  if (requested == "by-cpu") return cpu_gemm_for_cpu(cpu);
   if (requested != "auto") return {.requested = std::string(requested), .library = make_cpu_gemm(requested).name};
   const std::vector<std::string> names = cpu_gemm_names();
   const std::vector<GemmProduct> products = block_products(std::min(model.seq, kMaxRows), model.width, threads);

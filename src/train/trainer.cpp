@@ -35,7 +35,7 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
   placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
   // --cpu-gemm auto: OpenBLAS until connect() has timed the libraries on every rank (before the first GEMM).
-  cpu_gemm_ = std::make_shared<CpuGemm>(make_cpu_gemm(options_.cpu_gemm == "auto" ? "openblas" : options_.cpu_gemm));
+  cpu_gemm_ = std::make_shared<CpuGemm>(make_cpu_gemm(initial_cpu_gemm(options_.cpu_gemm, host_cpu_)));
   backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_, cpu_gemm_);
   if (options_.op_times) {  // made on this thread, the compute thread: the comm executor's calls get rows apart
     op_times_ = std::make_shared<OpTimes>();
@@ -113,10 +113,14 @@ void Trainer::connect() {
   values.push_back({"--device", backend_->name(), fmt::format("{} ({})", options_.device, backend_->name())});
   values.push_back({"--resume", std::to_string(first_step_),
                     fmt::format("{} at step {}", options_.resume.empty() ? "none" : options_.resume, first_step_)});
+  // --cpu-gemm by-cpu may resolve differently on hosts with different CPUs.
+  if (backend_->name() == "cpu")
+    values.push_back({"--cpu-gemm", cpu_gemm_->name, fmt::format("{} ({})", options_.cpu_gemm, cpu_gemm_->name)});
   require_same_on_every_rank(world_, values);
   if (backend_->name() == "cpu") {  // on every rank or none: the device and --cpu-gemm agree by now
-    cpu_gemm_choice_ = choose_cpu_gemm(options_.cpu_gemm, options_.model, threads_,
-                                       [this](std::vector<double> v) { return world_.max_over_ranks(std::move(v)); });
+    cpu_gemm_choice_ = choose_cpu_gemm(
+        options_.cpu_gemm, options_.model, threads_,
+        [this](std::vector<double> v) { return world_.max_over_ranks(std::move(v)); }, host_cpu_);
     if (options_.cpu_gemm == "auto") *cpu_gemm_ = make_cpu_gemm(cpu_gemm_choice_.library);
   }
   transport_ = connect_run_transport(*backend_, parse_algorithm(options_.allreduce), engine_->comm_stream(),

@@ -4,6 +4,7 @@
 // Shapes not multiples of the 16-row blocks; 1 to 4 threads; 1 to 5 windows per call; every sgemm library of the
 // build (cpu_gemm.hpp).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -53,7 +54,9 @@ Matmuls run(int threads, std::size_t per_call, const std::string& gemm = "openbl
 // windows of the call. Across thread counts the weight gradient's row blocks differ, and a library may then sum in
 // another order (oneDNN does, at 3 and 4 threads here): the same values to fp32 rounding, not the same bits.
 TEST(CpuMatmulTiles, EveryGroupingOfWindowsGivesTheSameBitsAtEachThreadCount) {
-  for (const std::string& gemm : cpu_gemm_names()) {
+  std::vector<std::string> libraries = cpu_gemm_names();
+  for (const std::string& bf16 : cpu_gemm_bf16_names()) libraries.push_back(bf16);  // BF16 operands: the same
+  for (const std::string& gemm : libraries) {
     const Matmuls one_thread = run(1, 1, gemm);
     for (int threads : {1, 2, 3, 4}) {
       const Matmuls reference = run(threads, 1, gemm);  // one window per call
@@ -96,7 +99,11 @@ TEST(CpuMatmulTiles, TheProductIsTheMatrixProductWithEveryLibrary) {
 TEST(CpuGemm, UnknownOrMissingLibrariesAndBadMixesAreRefusedWithOneLine) {
   EXPECT_EQ(cpu_gemm_unavailable("openblas"), "");
   EXPECT_EQ(cpu_gemm_unavailable("nt=openblas,nn=openblas,tn=openblas"), "");
-  const std::string accepted = cpu_gemm_names().size() == 2 ? "auto, openblas or onednn" : "auto or openblas";
+  std::vector<std::string> names = {"by-cpu", "auto"};
+  for (const std::string& name : cpu_gemm_names()) names.push_back(name);
+  for (const std::string& name : cpu_gemm_bf16_names()) names.push_back(name);
+  const std::string accepted =
+      fmt::format("{} or {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());  // "…, onednn or …"
   const std::string per_kind = ", or one per kind of product: nt=LIB,nn=LIB,tn=LIB)";
   EXPECT_EQ(cpu_gemm_unavailable("mkl"), "--cpu-gemm: unknown library 'mkl' (expected " + accepted + per_kind);
   EXPECT_EQ(cpu_gemm_unavailable("nt=openblas,nn=mkl,tn=openblas"),

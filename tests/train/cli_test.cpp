@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "dptrain/compute/cpu_gemm.hpp"
 #include "dptrain/core/cpu_info.hpp"
+#include "dptrain/train/cpu_gemm_choice.hpp"
 #include "test_support.hpp"
 
 namespace dptrain {
@@ -42,7 +45,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--lr -1", "--lr must be in (0, 10), got -1"},
       {"--grad-dtype fp16", "--grad-dtype: unknown type 'fp16' (expected bf16 or fp32)"},
       {"--allreduce ring2", "--allreduce: unknown algorithm 'ring2' (expected ring, tree or native)"},
-      {"--cpu-gemm mkl", "--cpu-gemm: unknown library 'mkl' (expected auto"},
+      {"--cpu-gemm mkl", "--cpu-gemm: unknown library 'mkl' (expected by-cpu, auto"},
       {"--data " + (dir_ / "missing.txt"), "does not exist"},
       {"--data " + (dir_ / "empty.txt"), "is empty"},
       // Named as a shard, or binary, without the shard magic: a damaged shard, not text.
@@ -129,17 +132,21 @@ TEST_F(DptrainProgram, StepLinesAndJsonlRecords) {
   EXPECT_DOUBLE_EQ(records[4]["tokens"].get<double>(), 4.0 * 8 * 16);
 }
 
-// --cpu-gemm onednn (where the build has it), alone or mixed with OpenBLAS by kind of product, trains the same model
-// as OpenBLAS to fp32 rounding: the losses of 4 steps agree to 1e-5 relative (two sgemm libraries summing in
+// The default (by-cpu), --cpu-gemm openblas and onednn (where the build has it), alone or mixed by kind of product,
+// train the same model to fp32 rounding: the losses of 4 steps agree to 1e-5 relative (two sgemm libraries summing in
 // different orders, amplified by 4 AdamW steps), and the start-up line names the library.
 TEST_F(DptrainProgram, EveryCpuGemmLibraryTrainsTheSameModel) {
   const auto reference =
-      testing::run_logged(dptrain("--steps 4 --log " + (dir_ / "openblas.jsonl")), dir_ / "openblas.jsonl");
+      testing::run_logged(dptrain("--steps 4 --log " + (dir_ / "by-cpu.jsonl")), dir_ / "by-cpu.jsonl");
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   // The start-up line and the summary name this host's CPU (what decides which kernels ran).
   const CpuInfo cpu = host_cpu_info();
-  EXPECT_NE(reference.output.find("device cpu (sgemm openblas) on " + cpu.description() + " |"), std::string::npos)
+  // The default, by-cpu: oneDNN where this CPU has AVX-512, OpenBLAS otherwise, named with the reason.
+  const CpuGemmChoice by_cpu = cpu_gemm_for_cpu(cpu);
+  EXPECT_NE(reference.output.find("device cpu (sgemm " + by_cpu.description() + ") on " + cpu.description() + " |"),
+            std::string::npos)
       << reference.output;
+  EXPECT_EQ(reference.summary["cpu_gemm"], by_cpu.summary());
   EXPECT_EQ(reference.summary["host_cpu"],
             (nlohmann::json{{"model", cpu.model}, {"vector_extensions", cpu.vector_extensions}}));
   std::vector<std::string> specs = cpu_gemm_names();
@@ -153,6 +160,30 @@ TEST_F(DptrainProgram, EveryCpuGemmLibraryTrainsTheSameModel) {
     ASSERT_EQ(r.losses.size(), 4u);
     EXPECT_LT(testing::max_relative_difference(r.losses, reference.losses), 1e-5) << gemm;
   }
+}
+
+// --cpu-gemm onednn-bf16 (BF16 operands, fp32 accumulation) trains the same model as fp32 to within one BF16
+// rounding: each product's terms are within 2⁻⁸ relative of fp32's, and the loss of 4 steps stays within 2⁻⁸
+// relative of the fp32 run's (measured: ~1e-5); it is not fp32's bits, so the mode is in effect. Where the CPU
+// has no BF16 instructions it is refused with one line and exit 2.
+TEST_F(DptrainProgram, Bf16GemmsTrainTheSameModelToWithinOneBf16Rounding) {
+  const std::vector<std::string> bf16 = cpu_gemm_bf16_names();
+  const std::string log = dir_ / "bf16.jsonl";
+  const auto r = testing::run_logged(dptrain("--steps 4 --cpu-gemm onednn-bf16 --log " + log), log);
+  if (bf16.empty()) {
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(cpu_gemm_unavailable("onednn-bf16")), std::string::npos) << r.output;
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("device cpu (sgemm onednn-bf16)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.summary["cpu_gemm"]["library"], "onednn-bf16");
+  const std::string fp32_log = dir_ / "fp32.jsonl";
+  const auto fp32 = testing::run_logged(dptrain("--steps 4 --cpu-gemm onednn --log " + fp32_log), fp32_log);
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  ASSERT_EQ(r.losses.size(), 4u);
+  EXPECT_LT(testing::max_relative_difference(r.losses, fp32.losses), std::ldexp(1.0, -8));
+  EXPECT_NE(r.losses, fp32.losses);
 }
 
 TEST_F(DptrainProgram, ResumeEqualsAnUninterruptedRunBitwise) {

@@ -1,9 +1,10 @@
-// --cpu-gemm: a named library is used untimed; auto times every library of the build on one block's products,
+// --cpu-gemm: by-cpu follows the CPU's vector extensions; a named library is used untimed; auto times every library of the build on one block's products,
 // takes each library's slowest-rank time and keeps the lowest (the first where equal).
 #include "dptrain/train/cpu_gemm_choice.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "dptrain/compute/cpu_gemm.hpp"
@@ -13,6 +14,38 @@ namespace dptrain {
 namespace {
 
 ModelConfig tiny_model() { return {.vocab = 64, .seq = 16, .layers = 2, .width = 32, .heads = 2}; }
+
+const CpuInfo kAvx2Cpu{.model = "AVX2 CPU", .vector_extensions = {"avx", "avx2", "fma"}};
+const CpuInfo kAvx512Cpu{.model = "AVX-512 CPU", .vector_extensions = {"avx", "avx2", "fma", "avx512f", "avx512bw"}};
+
+bool built_with_onednn() {
+  const std::vector<std::string> names = cpu_gemm_names();
+  return std::find(names.begin(), names.end(), "onednn") != names.end();
+}
+
+TEST(CpuGemmChoice, ByCpuIsOneDnnWhereTheCpuHasAvx512AndOpenBlasElsewhere) {
+  const CpuGemmChoice avx2 = cpu_gemm_for_cpu(kAvx2Cpu);
+  EXPECT_EQ(avx2.library, "openblas");
+  EXPECT_EQ(avx2.description(), "by-cpu → openblas (no AVX-512)");
+  EXPECT_EQ(avx2.summary(),
+            (nlohmann::json{{"requested", "by-cpu"}, {"library", "openblas"}, {"reason", "no AVX-512"}}));
+  const CpuGemmChoice avx512 = cpu_gemm_for_cpu(kAvx512Cpu);
+  if (built_with_onednn()) {
+    EXPECT_EQ(avx512.description(), "by-cpu → onednn (AVX-512)");
+  } else {
+    EXPECT_EQ(avx512.description(), "by-cpu → openblas (AVX-512, but built without oneDNN)");
+  }
+  // Untimed, and what the backend starts with; auto starts with OpenBLAS until timed, a library as named.
+  const auto no_exchange = [](std::vector<double>) -> std::vector<double> {
+    ADD_FAILURE() << "by-cpu exchanged timings";
+    return {};
+  };
+  EXPECT_EQ(choose_cpu_gemm("by-cpu", tiny_model(), 2, no_exchange, kAvx512Cpu).library, avx512.library);
+  EXPECT_EQ(initial_cpu_gemm("by-cpu", kAvx512Cpu), avx512.library);
+  EXPECT_EQ(initial_cpu_gemm("by-cpu", kAvx2Cpu), "openblas");
+  EXPECT_EQ(initial_cpu_gemm("auto", kAvx512Cpu), "openblas");
+  EXPECT_EQ(initial_cpu_gemm("nt=openblas,nn=openblas,tn=openblas", kAvx512Cpu), "nt=openblas,nn=openblas,tn=openblas");
+}
 
 TEST(CpuGemmChoice, PerKindTheLowestTimeWinsAndTheFirstWhereEqual) {
   const std::vector<std::string> names = {"openblas", "onednn"};
@@ -38,16 +71,19 @@ TEST(CpuGemmChoice, PerKindTheLowestTimeWinsAndTheFirstWhereEqual) {
 TEST(CpuGemmChoice, ANamedLibraryIsUsedAsGivenWithoutTimingOrExchange) {
   for (const std::string& name : cpu_gemm_names()) {
     int exchanges = 0;
-    const CpuGemmChoice choice = choose_cpu_gemm(name, tiny_model(), 2, [&](std::vector<double> v) {
-      ++exchanges;
-      return v;
-    });
+    const CpuGemmChoice choice = choose_cpu_gemm(
+        name, tiny_model(), 2,
+        [&](std::vector<double> v) {
+          ++exchanges;
+          return v;
+        },
+        kAvx512Cpu);
     EXPECT_EQ(choice.library, name);
     EXPECT_EQ(choice.description(), name);
     EXPECT_EQ(choice.summary(), (nlohmann::json{{"requested", name}, {"library", name}}));
     EXPECT_EQ(exchanges, 0);
   }
-  EXPECT_THROW(choose_cpu_gemm("mkl", tiny_model(), 1, [](std::vector<double> v) { return v; }), UserError);
+  EXPECT_THROW(choose_cpu_gemm("mkl", tiny_model(), 1, [](std::vector<double> v) { return v; }, kAvx2Cpu), UserError);
 }
 
 // The exchange stands in for the other ranks: whatever it returns (the slowest rank's times) decides, so every
@@ -56,12 +92,16 @@ TEST(CpuGemmChoice, AutoTimesEveryLibraryOnEveryKindAndTheSlowestRanksTimesDecid
   const std::vector<std::string> names = cpu_gemm_names();
   for (std::size_t fastest = 0; fastest < names.size(); ++fastest) {
     std::vector<double> mine;
-    const CpuGemmChoice choice = choose_cpu_gemm("auto", tiny_model(), 2, [&](std::vector<double> v) {
-      mine = v;
-      // [library][nt, nn, tn]: `fastest` wins at nt and nn, the first library at tn (ties go to the first).
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = (i / 3 == fastest && i % 3 < 2) || i % 3 == 2 ? 1.0 : 2.0;
-      return v;
-    });
+    const CpuGemmChoice choice = choose_cpu_gemm(
+        "auto", tiny_model(), 2,
+        [&](std::vector<double> v) {
+          mine = v;
+          // [library][nt, nn, tn]: `fastest` wins at nt and nn, the first library at tn (ties go to the first).
+          for (std::size_t i = 0; i < v.size(); ++i)
+            v[i] = (i / 3 == fastest && i % 3 < 2) || i % 3 == 2 ? 1.0 : 2.0;
+          return v;
+        },
+        kAvx2Cpu);
     ASSERT_EQ(mine.size(), 3 * names.size());
     for (double seconds : mine) EXPECT_TRUE(std::isfinite(seconds) && seconds > 0.0);
     EXPECT_EQ(choice.requested, "auto");

@@ -6,9 +6,10 @@
 // The backend makes three kinds of call, told apart by which operand is transposed, and the libraries are not
 // equally fast at each (docs/cpu-speed.md): A·Bᵀ ("nt": the matmul forward, attention's scores and dP), A·B ("nn":
 // the input gradient, attention's output and dq) and Aᵀ·B ("tn": the weight gradient, attention's dv and dk). So a
-// CpuGemm names one library per kind: `openblas`, `onednn`, or `nt=onednn,nn=openblas,tn=openblas`. Each kind of
-// call always goes to the same library, so the backend's bitwise promises hold for any mix; the libraries do not
-// give the same bits, so all ranks of a job use the same mix. `--cpu-gemm auto` times them on the model's own
+// CpuGemm names one library per kind: `openblas`, `onednn`, `onednn-bf16` (BF16 operands: onednn_bf16_gemm.hpp),
+// or `nt=onednn,nn=openblas,tn=openblas`. Each kind of call always goes to the same library, so the backend's
+// bitwise promises hold for any mix; the libraries do not give the same bits, so all ranks of a job use the same
+// mix. `--cpu-gemm auto` times them on the model's own
 // products (train/cpu_gemm_choice.hpp).
 #pragma once
 #include <array>
@@ -43,8 +44,11 @@ struct CpuGemm {
   }
 };
 
-// The libraries this build has: "openblas", and "onednn" where built with it.
+// The fp32 libraries this build has (what auto chooses among): "openblas", and "onednn" where built with it.
 std::vector<std::string> cpu_gemm_names();
+// "onednn-bf16" where this build and CPU can run it (compute/onednn_bf16_gemm.hpp): BF16 operands, fp32
+// accumulation, a declared lower precision that is used only where named.
+std::vector<std::string> cpu_gemm_bf16_names();
 // Why `spec` (a library, or nt=…,nn=…,tn=… naming a library for each case once) cannot be used, as one line naming
 // what is accepted; empty if it can. "auto" is the trainer's to resolve and is not a spec.
 std::string cpu_gemm_unavailable(std::string_view spec);

@@ -32,7 +32,7 @@ struct TrainOptions {
 
   // Data parallelism.
   std::string device = "auto";  // auto, cpu or cuda
-  std::string cpu_gemm = "openblas";  // the cpu backend's sgemm library: openblas or onednn (cpu_gemm.hpp)
+  std::string cpu_gemm = "by-cpu";  // the cpu backend's sgemm library (cpu_gemm.hpp, train/cpu_gemm_choice.hpp)
   std::string allreduce = "ring";
   DType grad_dtype = DType::bf16;
   int check_every = 100;      // weight-hash comparison across ranks

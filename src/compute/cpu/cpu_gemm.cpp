@@ -14,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
+#include "dptrain/compute/onednn_bf16_gemm.hpp"
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
@@ -45,6 +46,11 @@ std::vector<std::string> cpu_gemm_names() {
 #endif
 }
 
+std::vector<std::string> cpu_gemm_bf16_names() {
+  if (onednn_bf16_unavailable().empty()) return {"onednn-bf16"};
+  return {};
+}
+
 std::string_view gemm_case_name(GemmCase c) {
   switch (c) {
     case GemmCase::nt:
@@ -61,13 +67,15 @@ namespace {
 
 // Why `library` cannot be used; empty if it can.
 std::string library_unavailable(std::string_view library) {
-  const std::vector<std::string> names = cpu_gemm_names();
+  std::vector<std::string> names = cpu_gemm_names();
+  for (std::string& name : cpu_gemm_bf16_names()) names.push_back(std::move(name));
   if (std::find(names.begin(), names.end(), library) != names.end()) return "";
+  if (library == "onednn-bf16") return onednn_bf16_unavailable();
   if (library == "onednn")
     return "--cpu-gemm onednn: this build has no oneDNN (apt-get install libdnnl-dev and build again); use "
            "--cpu-gemm openblas";
-  // "auto" is resolved by the trainer (train/cpu_gemm_choice.hpp) into one of these or a mix.
-  std::vector<std::string> accepted = {"auto"};
+  // "by-cpu" and "auto" are resolved by the trainer (train/cpu_gemm_choice.hpp) into one of these or a mix.
+  std::vector<std::string> accepted = {"by-cpu", "auto"};
   accepted.insert(accepted.end(), names.begin(), names.end());
   const std::string last = accepted.back();
   accepted.pop_back();
@@ -114,6 +122,7 @@ ParsedSpec parse_spec(std::string_view spec) {
 SgemmFunction library_function(std::string_view library) {
 #ifdef DPTRAIN_HAVE_ONEDNN
   if (library == "onednn") return onednn_sgemm;
+  if (library == "onednn-bf16") return onednn_bf16_sgemm;
 #endif
   DP_ASSERT(library == "openblas");
   return openblas_sgemm;

@@ -1,0 +1,23 @@
+// --cpu-gemm onednn-bf16: the cpu backend's products in BF16 with fp32 accumulation, through oneDNN's matmul
+// primitive, where the CPU has BF16 dot-product instructions (AVX512_BF16 or AMX) to run it on. It is the CUDA
+// backend's arithmetic (cuBLASLt, BF16 in, fp32 compute), and a declared lower precision: each operand is rounded
+// to BF16 (nearest, ties to even) before the product, so a product differs from fp32's by up to 2⁻⁸ relative per
+// term (docs/cpu-speed.md states the bound the tests hold it to). --cpu-gemm auto never chooses it.
+//
+// Each call rounds A and B into the calling thread's own BF16 buffers and runs a primitive made once per shape
+// (and alpha, beta) on that thread: the backend calls it from every thread of an OpenMP team at once, and after the
+// first step nothing is allocated.
+#pragma once
+#include <string>
+
+namespace dptrain {
+
+// Empty where this build and CPU can run it; else one line saying why (no oneDNN, no BF16 instructions).
+std::string onednn_bf16_unavailable();
+
+// Row-major C[m,n] = alpha·op(bf16(A))·op(bf16(B)) + beta·C with fp32 accumulation (an SgemmFunction,
+// compute/cpu_gemm.hpp). Only where onednn_bf16_unavailable() is empty.
+void onednn_bf16_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                       const float* b, int ldb, float beta, float* c, int ldc);
+
+}  // namespace dptrain

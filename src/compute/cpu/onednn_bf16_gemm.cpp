@@ -1,0 +1,160 @@
+#include "dptrain/compute/onednn_bf16_gemm.hpp"
+
+#include <fmt/format.h>
+
+#ifdef DPTRAIN_HAVE_ONEDNN
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <utility>
+#include <vector>
+
+#include "dptrain/core/bf16.hpp"
+#endif
+
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+
+#ifndef DPTRAIN_HAVE_ONEDNN
+
+std::string onednn_bf16_unavailable() {
+  return "--cpu-gemm onednn-bf16: this build has no oneDNN (apt-get install libdnnl-dev and build again); use "
+         "--cpu-gemm openblas";
+}
+
+void onednn_bf16_sgemm(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
+  fail("onednn_bf16_sgemm called in a build without oneDNN");
+}
+
+#else
+
+namespace {
+
+using dnnl::memory;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// A matrix of rows × cols as the caller stores it (leading dimension ld), and its dense BF16 copy.
+struct Operand {
+  int rows, cols;
+  // The logical [outer, inner] operand of the product: strides of the dense copy, transposed where stored so.
+  memory::desc desc(int outer, int inner, bool transposed) const {
+    return memory::desc({outer, inner}, memory::data_type::bf16,
+                        transposed ? memory::dims{1, outer} : memory::dims{inner, 1});
+  }
+};
+
+struct ProductKey {
+  bool trans_a, trans_b;
+  int m, n, k, ldc;
+  float alpha, beta;
+  auto operator<=>(const ProductKey&) const = default;
+};
+
+// One primitive and the memory objects a call points at its operands (made once: a call only sets their
+// addresses and executes, with no allocation).
+struct Product {
+  dnnl::matmul matmul;
+  memory a, b, c, scratchpad;
+};
+
+Product make_product(const ProductKey& key) {
+  const Operand a{key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k};
+  const Operand b{key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n};
+  const memory::desc a_desc = a.desc(key.m, key.k, key.trans_a);
+  const memory::desc b_desc = b.desc(key.k, key.n, key.trans_b);
+  const memory::desc c_desc({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the thread's own, not a shared global one
+  if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+  if (key.beta != 0.0f) {
+    dnnl::post_ops sum;
+    sum.append_sum(key.beta);  // C = alpha·A·B + beta·C
+    attr.set_post_ops(sum);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, cpu_engine());
+  const dnnl::engine& engine = cpu_engine();
+  return {dnnl::matmul(pd), memory(a_desc, engine, DNNL_MEMORY_NONE), memory(b_desc, engine, DNNL_MEMORY_NONE),
+          memory(c_desc, engine, DNNL_MEMORY_NONE), memory(pd.scratchpad_desc(), engine, DNNL_MEMORY_NONE)};
+}
+
+// What one thread keeps between calls.
+struct ThreadState {
+  std::map<ProductKey, Product> products;
+  std::vector<bf16> a, b;             // the operands rounded to BF16, dense
+  std::vector<std::byte> scratchpad;  // oneDNN's, 64-byte aligned inside
+  dnnl::stream stream{cpu_engine()};
+};
+
+ThreadState& thread_state() {
+  thread_local ThreadState state;
+  return state;
+}
+
+void check(dnnl_status_t status, const char* what) {
+  if (status != dnnl_success) fail("oneDNN BF16 matmul: {} failed with status {}", what, int(status));
+}
+
+// Rounds rows × cols floats (leading dimension ld) into a dense BF16 buffer.
+void round_operand(const float* in, int rows, int cols, int ld, std::vector<bf16>& out) {
+  out.resize(std::size_t(rows) * cols);
+  for (int r = 0; r < rows; ++r) to_bf16(in + std::size_t(r) * ld, out.data() + std::size_t(r) * cols, cols);
+}
+
+}  // namespace
+
+std::string onednn_bf16_unavailable() {
+  static const std::string why = [] {
+    const char* line =
+        "--cpu-gemm onednn-bf16: this CPU has no BF16 instructions (AVX512_BF16 or AMX) for oneDNN's BF16 "
+        "matmul; use --cpu-gemm onednn or openblas";
+    try {
+      const memory::desc a({8, 8}, memory::data_type::bf16, memory::format_tag::ab);
+      const memory::desc c({8, 8}, memory::data_type::f32, memory::format_tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), cpu_engine());
+      // A reference (scalar) implementation is what oneDNN falls back to without the instructions: refused.
+      const std::string impl = pd.impl_info_str();
+      return impl.rfind("ref", 0) == 0 ? std::string(line) + " (oneDNN offers only " + impl + ")" : std::string();
+    } catch (const dnnl::error&) {
+      return std::string(line);
+    }
+  }();
+  return why;
+}
+
+void onednn_bf16_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                       const float* b, int ldb, float beta, float* c, int ldc) {
+  ThreadState& state = thread_state();
+  const ProductKey key{trans_a, trans_b, m, n, k, ldc, alpha, beta};
+  auto found = state.products.find(key);
+  if (found == state.products.end()) found = state.products.emplace(key, make_product(key)).first;
+  const Product& product = found->second;
+  round_operand(a, trans_a ? k : m, trans_a ? m : k, lda, state.a);
+  round_operand(b, trans_b ? n : k, trans_b ? k : n, ldb, state.b);
+  const std::size_t scratch_bytes = product.scratchpad.get_desc().get_size();
+  if (state.scratchpad.size() < scratch_bytes + 64) state.scratchpad.resize(scratch_bytes + 64);
+  void* scratch = state.scratchpad.data();
+  std::size_t space = state.scratchpad.size();
+  std::align(64, scratch_bytes, scratch, space);
+  // The C API's execute takes the arguments as an array (the C++ one builds a hash map per call).
+  const std::pair<const memory*, void*> bound[] = {
+      {&product.a, state.a.data()}, {&product.b, state.b.data()}, {&product.c, c}, {&product.scratchpad, scratch}};
+  for (const auto& [object, address] : bound)
+    check(dnnl_memory_set_data_handle_v2(object->get(), address, state.stream.get()), "set_data_handle");
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, product.a.get()},
+                                  {DNNL_ARG_WEIGHTS, product.b.get()},
+                                  {DNNL_ARG_DST, product.c.get()},
+                                  {DNNL_ARG_SCRATCHPAD, product.scratchpad.get()}};
+  check(dnnl_primitive_execute(product.matmul.get(), state.stream.get(), 4, args), "execute");
+}
+
+#endif
+
+}  // namespace dptrain
