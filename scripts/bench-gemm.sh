@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GEMM efficiency of the cpu backend in training: the FLOP/s its GEMM-bearing operations reach inside a real step
 # (dptrain --op-times: matmul forward/backward, attention), against the peak of the sgemm library the run used
-# (--cpu-gemm; by-cpu by default), measured in the same run: dptrain's own probe, the best of 5 of that library's
-# 1024 × 1024 × 1024 product with the same thread count (the MFU peak of a cpu run). OpenBLAS's peak through numpy
+# (--cpu-gemm; by-cpu by default), measured in the same run: dptrain's own probe (the MFU peak of a cpu run), every
+# thread multiplying its own 512² and 1024² matrices at once, single-threaded calls as the backend makes them. OpenBLAS's peak through numpy
 # (the same libopenblas; best of 512/1024/2048 square) is printed beside it. Prints each operation's GFLOP/s and its
 # share of the peak.
 # Usage: scripts/bench-gemm.sh [config (default configs/small.toml)] [threads (default: all cores)] [steps (12)]
@@ -42,7 +42,7 @@ rows = [json.loads(line) for line in open(sys.argv[1])]
 summary = next(r for r in rows if r.get("event") == "summary")
 peak = summary["peak_flops_per_rank"] / 1e9
 print(f"library peak: {summary['cpu_gemm']['library']} (--cpu-gemm {summary['cpu_gemm']['requested']}), "
-      f"1024 square, dptrain's probe: {peak:.1f} GFLOP/s")
+      f"dptrain's probe (512/1024 square per thread): {peak:.1f} GFLOP/s")
 gemm = [r for r in summary["op_times"] if r.get("gflops")]
 print(f"{'op':<22} {'ms/step':>9} {'share':>7} {'GFLOP/s':>9} {'of peak':>8}")
 for r in gemm:

@@ -232,7 +232,7 @@ int Trainer::run() {
                        .peak_flops = peak_flops_,
                        .overlap = overlap_choice_.overlap_for_step(0)};
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
-  catch_stop_signals();
+  catch_stop_signals(threads_);
   if (first_step_ > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step_));
   Timeline& timeline = engine_->timeline();
   timeline.record(!options_.trace.empty());

@@ -5,8 +5,9 @@
 
 namespace dptrain {
 
-// Installs the handlers for SIGTERM and SIGINT (idempotent).
-void catch_stop_signals();
+// Installs the handlers for SIGTERM and SIGINT, blocks them in the calling thread and its OpenMP team of
+// `compute_threads`, and starts the thread that waits for them (once). Idempotent.
+void catch_stop_signals(int compute_threads);
 
 // The number of the last stop signal received, or 0.
 int stop_signal_received();

@@ -75,20 +75,28 @@ class CpuBackend final : public Backend {
   // window by window (matmul_backward), so a batch split into micro-batches gives the same bits.
   BackendGuarantees guarantees() const override { return {.repeatable = true, .micro_batch_invariant = true}; }
 
-  // A few 1024³ sgemm calls with this rank's threads (about 0.1 s); the best one. 512³ read 20-40 % below what the
-  // model's own matmuls reach on 2 threads, which made MFU and --op-times' "% peak" exceed 100 %.
+  // The rate the backend's own calls reach: every thread of the team multiplying its own square matrices at once,
+  // each call single-threaded, as matmul and attention call the library (about 0.1 s). n = 512 and 1024, 2 GFLOP
+  // per thread and round, the best round after a warm-up. (One multithreaded library call on the same matrices
+  // read up to 20-40 % lower for OpenBLAS at 512, and for onednn-bf16 left its operands' rounding to one thread.)
   double measure_gemm_flops() override {
-    const int n = 1024;
-    std::vector<float> a(std::size_t(n) * n, 0.5f), b(a), c(a.size());
-    auto gemm = [&] { sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); };
-    gemm();  // warm-up: thread pool and caches
-    double best = 1e30;
-    for (int i = 0; i < 5; ++i) {
-      const Stopwatch watch;
-      gemm();
-      best = std::min(best, watch.seconds());
+    const int threads = omp_get_max_threads();
+    double best = 0.0;
+    for (const int n : {512, 1024}) {
+      const int calls = (1024 / n) * (1024 / n) * (1024 / n);
+      std::vector<std::vector<float>> a(std::size_t(threads), std::vector<float>(std::size_t(n) * n, 0.5f)), c = a;
+      for (int round = 0; round < 4; ++round) {
+        const Stopwatch watch;
+#pragma omp parallel num_threads(threads)
+        {
+          const auto t = std::size_t(omp_get_thread_num());
+          for (int i = 0; i < calls; ++i)
+            sgemm(false, false, n, n, n, 1.0f, a[t].data(), n, a[t].data(), n, 0.0f, c[t].data(), n);
+        }
+        if (round > 0) best = std::max(best, 2.0 * n * n * double(n) * calls * threads / watch.seconds());
+      }
     }
-    return 2.0 * n * n * double(n) / best;
+    return best;
   }
 
   void reserve_weight_views(std::size_t elements, int views) override {
