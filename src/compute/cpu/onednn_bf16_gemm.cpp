@@ -113,8 +113,8 @@ void round_operand(const float* in, int rows, int cols, int ld, std::vector<bf16
 std::string onednn_bf16_unavailable() {
   static const std::string why = [] {
     const char* line =
-        "--cpu-gemm onednn-bf16: this CPU has no BF16 instructions (AVX512_BF16 or AMX) for oneDNN's BF16 "
-        "matmul; use --cpu-gemm onednn or openblas";
+        "--cpu-gemm onednn-bf16: oneDNN has no BF16 matmul for this CPU (it needs AVX512_BF16 or AMX, allowed by "
+        "ONEDNN_MAX_CPU_ISA where set); use --cpu-gemm onednn or openblas";
     try {
       const memory::desc a({8, 8}, memory::data_type::bf16, memory::format_tag::ab);
       const memory::desc c({8, 8}, memory::data_type::f32, memory::format_tag::ab);
