@@ -1,7 +1,8 @@
-// The sgemm libraries under the cpu backend (--cpu-gemm): OpenBLAS, the default, and oneDNN's dnnl_sgemm where the
-// build found it (libdnnl-dev), whose kernels are generated at run time for the CPU it finds (AVX2, AVX-512)
-// whatever OpenBLAS was pinned to. Both are row-major fp32 with fp32 accumulation, and both run on the calling
-// thread when called inside an OpenMP parallel region, as the backend calls them.
+// The sgemm libraries under the cpu backend (--cpu-gemm): OpenBLAS, and oneDNN's dnnl_sgemm where the build found
+// it (libdnnl-dev), whose kernels are generated at run time for the CPU it finds (AVX2, AVX-512) whatever OpenBLAS
+// was pinned to (the default, by-cpu, picks one by the CPU: train/cpu_gemm_choice.hpp). Both are row-major fp32
+// with fp32 accumulation, and both run on the calling thread when called inside an OpenMP parallel region, as the
+// backend calls them.
 //
 // The backend makes three kinds of call, told apart by which operand is transposed, and the libraries are not
 // equally fast at each (docs/cpu-speed.md): A·Bᵀ ("nt": the matmul forward, attention's scores and dP), A·B ("nn":

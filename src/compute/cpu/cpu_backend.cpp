@@ -1,8 +1,8 @@
-// The CPU backend: an sgemm library (OpenBLAS by default, or oneDNN: cpu_gemm.hpp) for every matrix product
-// (attention included, one product per head), plain
-// loops with OpenMP elsewhere, on the cpu Device (host memory). Activations, compute weights and gradients are
-// fp32: BF16 weights are expanded into an fp32 mirror (the weight views). Every reduction runs in a fixed order for
-// a given thread count, so a run is bitwise repeatable.
+// The CPU backend: an sgemm library (OpenBLAS, oneDNN, or oneDNN on BF16-rounded operands: cpu_gemm.hpp) for
+// every matrix product (attention included, one product per head), plain loops with OpenMP elsewhere, on the cpu
+// Device (host memory). Activations, compute weights and gradients are fp32: BF16 weights are expanded into an fp32
+// mirror (the weight views). Every reduction runs in a fixed order for a given thread count, so a run is bitwise
+// repeatable.
 #include <omp.h>
 
 #include <algorithm>
@@ -71,8 +71,8 @@ class CpuBackend final : public Backend {
   DType activation_dtype() const override { return DType::f32; }
   DType weight_dtype() const override { return DType::f32; }
   DType gradient_dtype() const override { return DType::f32; }
-  // OpenBLAS picks its kernel by shape, not by timing, and every loop below sums in a fixed order; GEMMs run
-  // window by window (matmul_backward), so a batch split into micro-batches gives the same bits.
+  // The sgemm libraries pick their kernels by shape and CPU, not by timing, and every loop below sums in a fixed
+  // order; GEMMs run window by window (matmul_backward), so a batch split into micro-batches gives the same bits.
   BackendGuarantees guarantees() const override { return {.repeatable = true, .micro_batch_invariant = true}; }
 
   // The rate the backend's own calls reach: every thread of the team multiplying its own square matrices at once,
