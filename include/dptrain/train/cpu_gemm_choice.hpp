@@ -28,16 +28,16 @@
 namespace dptrain {
 
 struct CpuGemmChoice {
-  std::string requested;  // "by-cpu", "auto", a library or a mix
-  std::string library;    // what is used, as a --cpu-gemm value (cpu_gemm_spec)
+  std::string requested{};  // "by-cpu", "auto", a library or a mix
+  std::string library{};    // what is used, as a --cpu-gemm value (cpu_gemm_spec)
+  std::string reason{};     // by-cpu: "AVX-512" or "no AVX-512"
   // auto: each library's GFLOP/s on each kind of product (in kGemmCases order), the slowest rank's.
-  std::vector<std::pair<std::string, std::array<double, 3>>> gflops;
+  std::vector<std::pair<std::string, std::array<double, 3>>> gflops{};
 
-  std::string reason;     // by-cpu: "AVX-512" or "no AVX-512"
-  // "openblas", "by-cpu → onednn (AVX-512)", or "auto → nt=onednn,nn=openblas,tn=openblas: nt 99.1/146.2, nn 107.4/124.9, tn 123.8/101.4
-  // GFLOP/s (openblas/onednn) on a block's products".
+  // "openblas", "by-cpu → onednn (AVX-512)", or "auto → nt=onednn,nn=openblas,tn=openblas: nt 99.1/146.2, nn
+  // 107.4/124.9, tn 123.8/101.4 GFLOP/s (openblas/onednn) on a block's products".
   std::string description() const;
-  // {"requested", "library"} and for auto "gflops": {library: {"nt", "nn", "tn": GFLOP/s}}.
+  // {"requested", "library"}, for by-cpu "reason", for auto "gflops": {library: {"nt", "nn", "tn": GFLOP/s}}.
   nlohmann::json summary() const;
 };
 
