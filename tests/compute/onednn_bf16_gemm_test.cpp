@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/compute/backend.hpp"
 #include "dptrain/compute/cpu_gemm.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/cpu_info.hpp"
@@ -166,6 +167,62 @@ TEST_F(OneDnnBf16Products, Fp32ProductsOfTheSameOperandsAreOutsideTheBound) {
   make_cpu_gemm("onednn").sgemm(false, true, 128, 768, 256, 1.0f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.0f,
                                 p.c.data(), p.ldc);
   EXPECT_GT(worst_error_over_bound(p), 10.0);  // far outside: ~2⁻⁹ per term against k·2⁻²⁴
+}
+
+// B given in BF16 (a weight the engine holds in BF16) gives the bits of B given in fp32: rounding is all the fp32
+// path does to it. Every call of the list, B's leading dimension padded as stored.
+TEST_F(OneDnnBf16Products, BGivenInBf16GivesTheBitsOfBGivenInFp32) {
+  for (std::size_t i = 0; i < kCalls.size(); ++i) {
+    Product p = make_product(kCalls[i], std::uint32_t(50 + i));
+    run(p);
+    std::vector<bf16> b16(p.b.size());
+    to_bf16(p.b.data(), b16.data(), b16.size());
+    std::vector<float> c = p.c0;
+    const Call& k = p.call;
+    onednn_bf16_gemm_bf16_b(k.trans_a, k.trans_b, k.m, k.n, k.k, k.alpha, p.a.data(), p.lda, b16.data(), p.ldb,
+                            k.beta, c.data(), p.ldc);
+    EXPECT_EQ(c, p.c) << describe(k);
+  }
+}
+
+// The cpu backend multiplies a weight view (acquire_weights) from the BF16 weights it was made from, in the
+// forward (A·wᵀ) and the input gradient (A·w): the same bits as the same weights in a caller's fp32 array; and
+// the BF16 weights are what it reads (changing them after the view was made changes the product).
+TEST_F(OneDnnBf16Products, TheBackendMultipliesWeightViewsFromTheirBf16Weights) {
+  const std::size_t N = 64, T = 32, C = 48, OC = 80;
+  auto backend = make_cpu_backend("onednn-bf16");
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const auto random = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = value(rng);
+    return v;
+  };
+  const std::vector<float> in = random(N * C), dout = random(N * OC), bias = random(OC);
+  std::vector<bf16> w16(OC * C + 16);  // the view holds more than this weight: it starts 16 elements in
+  for (std::size_t i = 0; i < w16.size(); ++i) w16[i] = to_bf16(value(rng));
+  std::vector<float> w(OC * C);
+  to_float(w16.data() + 16, w.data(), w.size());
+  backend->reserve_weight_views(w16.size(), 1);
+  const float* view = static_cast<const float*>(backend->acquire_weights(w16.data(), w16.size())) + 16;
+  struct Result {
+    std::vector<float> out, din;
+  };
+  const auto products = [&](const float* weights) {
+    Result r{std::vector<float>(N * OC), std::vector<float>(N * C, 0.5f)};
+    backend->matmul_forward(r.out.data(), in.data(), weights, bias.data(), N, T, C, OC);
+    std::vector<float> dw(OC * C, 0.0f);
+    backend->matmul_backward(r.din.data(), dw.data(), nullptr, dout.data(), in.data(), weights, N, T, C, OC);
+    return r;
+  };
+  const Result from_view = products(view), from_array = products(w.data());
+  EXPECT_EQ(from_view.out, from_array.out);
+  EXPECT_EQ(from_view.din, from_array.din);
+  for (std::size_t i = 16; i < w16.size(); ++i) w16[i] = to_bf16(-to_float(w16[i]));
+  const Result negated = products(view);
+  for (std::size_t i = 0; i < N * OC; i += 97) EXPECT_NE(negated.out[i], from_view.out[i]) << i;
+  for (std::size_t i = 0; i < N * C; i += 97) EXPECT_NE(negated.din[i], from_view.din[i]) << i;
+  backend->release_weights(view - 16);
 }
 
 // The backend calls it from every thread of an OpenMP team at once, each with its own shapes: each thread's

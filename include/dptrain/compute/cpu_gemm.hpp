@@ -19,11 +19,17 @@
 #include <string_view>
 #include <vector>
 
+#include "dptrain/core/bf16_type.hpp"
+
 namespace dptrain {
 
 // Row-major C[m,n] = alpha·op(A)[m,k]·op(B)[k,n] + beta·C, op = transpose where trans_*.
 using SgemmFunction = void (*)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                                const float* b, int ldb, float beta, float* c, int ldc);
+
+// The same with B given in BF16 (a weight the engine holds in BF16), for libraries that multiply BF16 operands.
+using Bf16BGemmFunction = void (*)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                                   int lda, const bf16* b, int ldb, float beta, float* c, int ldc);
 
 enum class GemmCase { nt, nn, tn };  // A·Bᵀ, A·B, Aᵀ·B
 constexpr std::array<GemmCase, 3> kGemmCases = {GemmCase::nt, GemmCase::nn, GemmCase::tn};
@@ -37,11 +43,24 @@ struct CpuGemm {
   std::string name;                        // "openblas", "onednn" or "nt=…,nn=…,tn=…" (a mix)
   std::array<std::string, 3> libraries;    // per GemmCase
   std::array<SgemmFunction, 3> functions;  // per GemmCase
+  // Per GemmCase where its library multiplies BF16 operands (onednn-bf16): the call that takes B in BF16, which
+  // spares rounding a weight's fp32 copy on every call (the same bits). Null for the fp32 libraries.
+  std::array<Bf16BGemmFunction, 3> bf16_b_functions{};
 
   void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
              int ldb, float beta, float* c, int ldc) const {
     functions[std::size_t(gemm_case(trans_a, trans_b))](trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
                                                         ldc);
+  }
+  // Whether this kind of call has a BF16-B form.
+  bool takes_bf16_b(bool trans_a, bool trans_b) const {
+    return bf16_b_functions[std::size_t(gemm_case(trans_a, trans_b))] != nullptr;
+  }
+  // Only where takes_bf16_b().
+  void gemm_bf16_b(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                   const bf16* b, int ldb, float beta, float* c, int ldc) const {
+    bf16_b_functions[std::size_t(gemm_case(trans_a, trans_b))](trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                                                               beta, c, ldc);
   }
 };
 

@@ -4,11 +4,13 @@
 // to BF16 (nearest, ties to even) before the product, so a product differs from fp32's by up to 2⁻⁸ relative per
 // term (docs/cpu-speed.md states the bound the tests hold it to). --cpu-gemm auto never chooses it.
 //
-// Each call rounds A and B into the calling thread's own BF16 buffers and runs a primitive made once per shape
-// (and alpha, beta) on that thread: the backend calls it from every thread of an OpenMP team at once, and after the
-// first step nothing is allocated.
+// Each call rounds A and B (unless given in BF16) into the calling thread's own BF16 buffers and runs a primitive
+// made once per shape (and alpha, beta) on that thread: the backend calls it from every thread of an OpenMP team at
+// once, and after the first step nothing is allocated.
 #pragma once
 #include <string>
+
+#include "dptrain/core/bf16_type.hpp"
 
 namespace dptrain {
 
@@ -19,5 +21,10 @@ std::string onednn_bf16_unavailable();
 // compute/cpu_gemm.hpp). Only where onednn_bf16_unavailable() is empty.
 void onednn_bf16_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                        const float* b, int ldb, float beta, float* c, int ldc);
+
+// The same with B already in BF16 (a weight the engine holds in BF16, leading dimension ldb): the bits of
+// onednn_bf16_sgemm given B's values in fp32 (their rounding is exact), without rounding B on every call.
+void onednn_bf16_gemm_bf16_b(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                             const bf16* b, int ldb, float beta, float* c, int ldc);
 
 }  // namespace dptrain

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numbers>
 #include <vector>
@@ -104,6 +105,7 @@ class CpuBackend final : public Backend {
     mirrors_.clear();
     for (int i = 0; i < views; ++i) mirrors_.emplace_back(*device_, elements * sizeof(float));
     in_use_.assign(std::size_t(views), false);
+    sources_.assign(std::size_t(views), nullptr);
     view_elements_ = elements;
   }
 
@@ -112,6 +114,7 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < mirrors_.size(); ++i) {
       if (in_use_[i]) continue;
       in_use_[i] = true;
+      sources_[i] = w;
       to_float(w, mirrors_[i].as<float>(), n);
       return mirrors_[i].data();
     }
@@ -123,6 +126,7 @@ class CpuBackend final : public Backend {
       if (mirrors_[i].data() == view) {
         DP_ASSERT(in_use_[i]);
         in_use_[i] = false;
+        sources_[i] = nullptr;
         return;
       }
     throw std::logic_error("cpu backend: release of a weight view it did not hand out");
@@ -230,6 +234,7 @@ class CpuBackend final : public Backend {
                       std::size_t C, std::size_t OC) override {
     float* out = f(out_);
     const float *in = f(in_), *w = f(w_), *bias = f(bias_);
+    const bf16* w16 = bf16_weights(w, false, true);
     DP_ASSERT(T > 0 && N % T == 0);
     // out_w[T,OC] = in_w[T,C]·wᵀ (+ bias) window by window, the windows shared among the threads (a window's
     // product is not split: splitting its columns measured 20-30 % slower).
@@ -238,8 +243,8 @@ class CpuBackend final : public Backend {
       float* o = out + window * T * OC;
       if (bias)
         for (std::size_t r = 0; r < T; ++r) std::memcpy(o + r * OC, bias, OC * sizeof(float));
-      sgemm(false, true, int(T), int(OC), int(C), 1.0f, in + window * T * C, int(C), w, int(C), bias ? 1.0f : 0.0f, o,
-            int(OC));
+      weight_gemm(true, int(T), int(OC), int(C), in + window * T * C, int(C), w, w16, bias ? 1.0f : 0.0f, o,
+                  int(OC));
     }
   }
 
@@ -251,10 +256,11 @@ class CpuBackend final : public Backend {
     const std::size_t windows = N / T;
     if (din) {
       // din_w[T,C] += dout_w[T,OC]·w[OC,C] window by window.
+      const bf16* w16 = bf16_weights(w, false, false);
 #pragma omp parallel for schedule(static)
       for (std::size_t window = 0; window < windows; ++window)
-        sgemm(false, false, int(T), int(C), int(OC), 1.0f, dout + window * T * OC, int(OC), w, int(C), 1.0f,
-              din + window * T * C, int(C));
+        weight_gemm(false, int(T), int(C), int(OC), dout + window * T * OC, int(OC), w, w16, 1.0f,
+                    din + window * T * C, int(C));
     }
     // dw[rows,C] += dout_w[T,rows]ᵀ·in_w[T,C] and dbias[rows] += Σ_t dout_w[t,rows], window after window: each
     // thread owns a block of rows, so every element sums its windows (and dbias its rows) in order, and the bias
@@ -474,6 +480,31 @@ class CpuBackend final : public Backend {
     gemm_->sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
+  // The BF16 weights the view holding `w` was made from, at w's offset, where the library takes B in BF16 for this
+  // kind of call (onednn-bf16); null otherwise, and where `w` is not in a view (a caller's own fp32 array).
+  const bf16* bf16_weights(const float* w, bool trans_a, bool trans_b) const {
+    if (!gemm_->takes_bf16_b(trans_a, trans_b)) return nullptr;
+    const auto address = reinterpret_cast<std::uintptr_t>(w);
+    for (std::size_t i = 0; i < mirrors_.size(); ++i) {
+      const auto base = reinterpret_cast<std::uintptr_t>(mirrors_[i].data());
+      if (in_use_[i] && address >= base && address < base + view_elements_ * sizeof(float))
+        return sources_[i] + (address - base) / sizeof(float);
+    }
+    return nullptr;
+  }
+
+  // C[m,n] = A·op(w) + beta·C for a weight w [OC,C] (op = transpose where trans_w), from its BF16 copy w16 where
+  // there is one (bf16_weights), else from w.
+  void weight_gemm(bool trans_w, int m, int n, int k, const float* a, int lda, const float* w, const bf16* w16,
+                   float beta, float* c, int ldc) const {
+    const int ldw = trans_w ? k : n;
+    if (w16) {
+      gemm_->gemm_bf16_b(false, trans_w, m, n, k, 1.0f, a, lda, w16, ldw, beta, c, ldc);
+    } else {
+      sgemm(false, trans_w, m, n, k, 1.0f, a, lda, w, ldw, beta, c, ldc);
+    }
+  }
+
   // Grows only where the thread count or T exceeds what was reserved (a caller that never reserved).
   float* attention_scratch(std::size_t T) {
     const std::size_t needed = std::size_t(omp_get_max_threads()) * T * T;
@@ -486,6 +517,7 @@ class CpuBackend final : public Backend {
   std::vector<float> attention_scratch_;
   std::vector<Buffer> mirrors_;  // the weight views, view_elements_ fp32 each
   std::vector<bool> in_use_;
+  std::vector<const bf16*> sources_;  // the BF16 weights each view in use was made from
   std::size_t view_elements_ = 0;
 };
 

@@ -143,7 +143,12 @@ CpuGemm make_cpu_gemm(std::string_view spec) {
   const ParsedSpec parsed = parse_spec(spec);
   if (!parsed.error.empty()) throw UserError(parsed.error);
   CpuGemm gemm{.name = cpu_gemm_spec(parsed.libraries), .libraries = parsed.libraries, .functions = {}};
-  for (std::size_t i = 0; i < 3; ++i) gemm.functions[i] = library_function(parsed.libraries[i]);
+  for (std::size_t i = 0; i < 3; ++i) {
+    gemm.functions[i] = library_function(parsed.libraries[i]);
+#ifdef DPTRAIN_HAVE_ONEDNN
+    if (parsed.libraries[i] == "onednn-bf16") gemm.bf16_b_functions[i] = onednn_bf16_gemm_bf16_b;
+#endif
+  }
   return gemm;
 }
 

@@ -1,11 +1,8 @@
 #include "dptrain/compute/onednn_bf16_gemm.hpp"
 
-#include <fmt/format.h>
-
 #ifdef DPTRAIN_HAVE_ONEDNN
 #include <compare>
 #include <cstddef>
-#include <cstdint>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -30,6 +27,11 @@ void onednn_bf16_sgemm(bool, bool, int, int, int, float, const float*, int, cons
   fail("onednn_bf16_sgemm called in a build without oneDNN");
 }
 
+void onednn_bf16_gemm_bf16_b(bool, bool, int, int, int, float, const float*, int, const bf16*, int, float, float*,
+                             int) {
+  fail("onednn_bf16_gemm_bf16_b called in a build without oneDNN");
+}
+
 #else
 
 namespace {
@@ -41,19 +43,16 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// A matrix of rows × cols as the caller stores it (leading dimension ld), and its dense BF16 copy.
-struct Operand {
-  int rows, cols;
-  // The logical [outer, inner] operand of the product: strides of the dense copy, transposed where stored so.
-  memory::desc desc(int outer, int inner, bool transposed) const {
-    return memory::desc({outer, inner}, memory::data_type::bf16,
-                        transposed ? memory::dims{1, outer} : memory::dims{inner, 1});
-  }
-};
+// A logical [outer, inner] BF16 operand stored row-major with leading dimension ld, or transposed (column-major).
+memory::desc bf16_operand(int outer, int inner, bool transposed, int ld) {
+  return memory::desc({outer, inner}, memory::data_type::bf16,
+                      transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
+}
 
+// A's copy is dense; B is the caller's own BF16 matrix (its ldb) or a dense copy.
 struct ProductKey {
   bool trans_a, trans_b;
-  int m, n, k, ldc;
+  int m, n, k, ldb, ldc;
   float alpha, beta;
   auto operator<=>(const ProductKey&) const = default;
 };
@@ -66,10 +65,8 @@ struct Product {
 };
 
 Product make_product(const ProductKey& key) {
-  const Operand a{key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k};
-  const Operand b{key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n};
-  const memory::desc a_desc = a.desc(key.m, key.k, key.trans_a);
-  const memory::desc b_desc = b.desc(key.k, key.n, key.trans_b);
+  const memory::desc a_desc = bf16_operand(key.m, key.k, key.trans_a, key.trans_a ? key.m : key.k);
+  const memory::desc b_desc = bf16_operand(key.k, key.n, key.trans_b, key.ldb);
   const memory::desc c_desc({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the thread's own, not a shared global one
@@ -129,30 +126,48 @@ std::string onednn_bf16_unavailable() {
   return why;
 }
 
-void onednn_bf16_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                       const float* b, int ldb, float beta, float* c, int ldc) {
+namespace {
+
+// C = alpha·op(bf16(A))·op(B16) + beta·C, B16 with leading dimension ldb.
+void multiply(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const bf16* b16,
+              int ldb, float beta, float* c, int ldc) {
   ThreadState& state = thread_state();
-  const ProductKey key{trans_a, trans_b, m, n, k, ldc, alpha, beta};
+  const ProductKey key{trans_a, trans_b, m, n, k, ldb, ldc, alpha, beta};
   auto found = state.products.find(key);
   if (found == state.products.end()) found = state.products.emplace(key, make_product(key)).first;
   const Product& product = found->second;
   round_operand(a, trans_a ? k : m, trans_a ? m : k, lda, state.a);
-  round_operand(b, trans_b ? n : k, trans_b ? k : n, ldb, state.b);
   const std::size_t scratch_bytes = product.scratchpad.get_desc().get_size();
   if (state.scratchpad.size() < scratch_bytes + 64) state.scratchpad.resize(scratch_bytes + 64);
   void* scratch = state.scratchpad.data();
   std::size_t space = state.scratchpad.size();
   std::align(64, scratch_bytes, scratch, space);
   // The C API's execute takes the arguments as an array (the C++ one builds a hash map per call).
-  const std::pair<const memory*, void*> bound[] = {
-      {&product.a, state.a.data()}, {&product.b, state.b.data()}, {&product.c, c}, {&product.scratchpad, scratch}};
+  const std::pair<const memory*, const void*> bound[] = {
+      {&product.a, state.a.data()}, {&product.b, b16}, {&product.c, c}, {&product.scratchpad, scratch}};
   for (const auto& [object, address] : bound)
-    check(dnnl_memory_set_data_handle_v2(object->get(), address, state.stream.get()), "set_data_handle");
+    check(dnnl_memory_set_data_handle_v2(object->get(), const_cast<void*>(address), state.stream.get()),
+          "set_data_handle");
   const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, product.a.get()},
                                   {DNNL_ARG_WEIGHTS, product.b.get()},
                                   {DNNL_ARG_DST, product.c.get()},
                                   {DNNL_ARG_SCRATCHPAD, product.scratchpad.get()}};
   check(dnnl_primitive_execute(product.matmul.get(), state.stream.get(), 4, args), "execute");
+}
+
+}  // namespace
+
+void onednn_bf16_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                       const float* b, int ldb, float beta, float* c, int ldc) {
+  std::vector<bf16>& b16 = thread_state().b;
+  const int cols = trans_b ? k : n;
+  round_operand(b, trans_b ? n : k, cols, ldb, b16);
+  multiply(trans_a, trans_b, m, n, k, alpha, a, lda, b16.data(), cols, beta, c, ldc);
+}
+
+void onednn_bf16_gemm_bf16_b(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                             const bf16* b, int ldb, float beta, float* c, int ldc) {
+  multiply(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 #endif
