@@ -105,29 +105,6 @@ void round_operand(const float* in, int rows, int cols, int ld, std::vector<bf16
   for (int r = 0; r < rows; ++r) to_bf16(in + std::size_t(r) * ld, out.data() + std::size_t(r) * cols, cols);
 }
 
-}  // namespace
-
-std::string onednn_bf16_unavailable() {
-  static const std::string why = [] {
-    const char* line =
-        "--cpu-gemm onednn-bf16: oneDNN has no BF16 matmul for this CPU (it needs AVX512_BF16 or AMX, allowed by "
-        "ONEDNN_MAX_CPU_ISA where set); use --cpu-gemm onednn or openblas";
-    try {
-      const memory::desc a({8, 8}, memory::data_type::bf16, memory::format_tag::ab);
-      const memory::desc c({8, 8}, memory::data_type::f32, memory::format_tag::ab);
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), cpu_engine());
-      // A reference (scalar) implementation is what oneDNN falls back to without the instructions: refused.
-      const std::string impl = pd.impl_info_str();
-      return impl.rfind("ref", 0) == 0 ? std::string(line) + " (oneDNN offers only " + impl + ")" : std::string();
-    } catch (const dnnl::error&) {
-      return std::string(line);
-    }
-  }();
-  return why;
-}
-
-namespace {
-
 // C = alpha·op(bf16(A))·op(B16) + beta·C, B16 with leading dimension ldb.
 void multiply(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const bf16* b16,
               int ldb, float beta, float* c, int ldc) {
@@ -156,6 +133,25 @@ void multiply(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
 }
 
 }  // namespace
+
+std::string onednn_bf16_unavailable() {
+  static const std::string why = [] {
+    const char* line =
+        "--cpu-gemm onednn-bf16: oneDNN has no BF16 matmul for this CPU (it needs AVX512_BF16 or AMX, allowed by "
+        "ONEDNN_MAX_CPU_ISA where set); use --cpu-gemm onednn or openblas";
+    try {
+      const memory::desc a({8, 8}, memory::data_type::bf16, memory::format_tag::ab);
+      const memory::desc c({8, 8}, memory::data_type::f32, memory::format_tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), cpu_engine());
+      // A reference (scalar) implementation is what oneDNN falls back to without the instructions: refused.
+      const std::string impl = pd.impl_info_str();
+      return impl.rfind("ref", 0) == 0 ? std::string(line) + " (oneDNN offers only " + impl + ")" : std::string();
+    } catch (const dnnl::error&) {
+      return std::string(line);
+    }
+  }();
+  return why;
+}
 
 void onednn_bf16_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                        const float* b, int ldb, float beta, float* c, int ldc) {
