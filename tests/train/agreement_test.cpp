@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "dptrain/core/cpu_info.hpp"
+#include "dptrain/train/cpu_gemm_choice.hpp"
 #include "test_support.hpp"
 
 namespace dptrain {
@@ -80,6 +82,29 @@ TEST_F(RankAgreement, DifferentDataIsRefusedNamingTheRankThatDiffers) {
   EXPECT_NE(line.find(fmt::format(")' but rank 0 has '{} ({}", dir_ / "corpus.txt", tokens)), std::string::npos)
       << line;
   EXPECT_TRUE(line.ends_with(")': every rank must be started with the same options")) << line;
+}
+
+// --cpu-gemm by-cpu (the default) resolves on each host's CPU: hosts whose CPUs resolve it to different libraries
+// would train with different bits, so the resolved library is agreed (DPTRAIN_CPUINFO stands for each host's
+// /proc/cpuinfo). Where the build has no oneDNN both resolve to OpenBLAS and the job runs.
+TEST_F(RankAgreement, HostsWhoseCpusResolveByCpuDifferentlyAreRefused) {
+  testing::write_text(dir_ / "avx512.txt", "model name\t: AVX-512 host\nflags\t\t: fpu avx avx2 fma avx512f\n");
+  testing::write_text(dir_ / "avx2.txt", "model name\t: AVX2 host\nflags\t\t: fpu avx avx2 fma\n");
+  const std::string on_avx512 = cpu_gemm_for_cpu(parse_cpuinfo(testing::file_bytes(dir_ / "avx512.txt"))).library;
+  ASSERT_EQ(cpu_gemm_for_cpu(parse_cpuinfo(testing::file_bytes(dir_ / "avx2.txt"))).library, "openblas");
+  const auto start = std::chrono::steady_clock::now();
+  Launch launch;
+  launch.result = run_command(testing::mpiexec(1, kRefusalSeconds) + " -q env DPTRAIN_CPUINFO=" +
+                              (dir_ / "avx512.txt") + " " + dptrain("") + " : -n 1 env DPTRAIN_CPUINFO=" +
+                              (dir_ / "avx2.txt") + " " + dptrain(""));
+  launch.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (on_avx512 == "openblas") {
+    EXPECT_EQ(launch.result.exit_code, 0) << launch.result.output;
+    return;
+  }
+  expect_refused(launch, fmt::format("rank 1: --cpu-gemm is 'by-cpu (openblas)' but rank 0 has 'by-cpu ({})': "
+                                     "every rank must be started with the same options",
+                                     on_avx512));
 }
 
 TEST_F(RankAgreement, PerRankOptionsAndTheSameDataAtAnotherPathMayDiffer) {

@@ -18,7 +18,9 @@ struct CpuInfo {
 
 // What a /proc/cpuinfo text says about its first processor.
 CpuInfo parse_cpuinfo(std::string_view text);
-// This host's, from /proc/cpuinfo; the model "unknown" and no extensions where it cannot be read.
+// This host's, from /proc/cpuinfo, or from the file the environment variable DPTRAIN_CPUINFO names (a text in
+// /proc/cpuinfo's format: how a test stands for a host with another CPU); the model "unknown" and no extensions
+// where it cannot be read.
 CpuInfo host_cpu_info();
 
 }  // namespace dptrain
