@@ -150,8 +150,9 @@ std::vector<TrainOption> make_table() {
       entry("--grad-dtype", "Gradient and wire type: bf16 or fp32", DPTRAIN_FIELD(grad_dtype), all, saved),
       entry("--cpu-gemm",
             "The cpu backend's sgemm library: by-cpu (onednn where the CPU has AVX-512, else openblas), openblas, "
-            "onednn where the build has it, one per kind of product (nt=LIB,nn=LIB,tn=LIB), or auto (each timed on "
-            "the model's products at start-up, the fastest per kind kept)",
+            "onednn where the build has it, onednn-bf16 (products of BF16-rounded operands, where the CPU has "
+            "AVX512_BF16 or AMX), one per kind of product (nt=LIB,nn=LIB,tn=LIB), or auto (each fp32 library timed "
+            "on the model's products at start-up, the fastest per kind kept)",
             DPTRAIN_FIELD(cpu_gemm), all, unsaved),
       entry("--check-every", "Compare a hash of the weights across ranks every N steps", DPTRAIN_FIELD(check_every),
             all, unsaved),
