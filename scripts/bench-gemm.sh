@@ -2,9 +2,9 @@
 # GEMM efficiency of the cpu backend in training: the FLOP/s its GEMM-bearing operations reach inside a real step
 # (dptrain --op-times: matmul forward/backward, attention), against the peak of the sgemm library the run used
 # (--cpu-gemm; by-cpu by default), measured in the same run: dptrain's own probe (the MFU peak of a cpu run), every
-# thread multiplying its own 512² and 1024² matrices at once, single-threaded calls as the backend makes them. OpenBLAS's peak through numpy
-# (the same libopenblas; best of 512/1024/2048 square) is printed beside it. Prints each operation's GFLOP/s and its
-# share of the peak.
+# thread multiplying its own 512² and 1024² matrices at once, single-threaded calls as the backend makes them.
+# OpenBLAS's peak through numpy (the same libopenblas; best of 512/1024/2048 square) is printed beside it. Prints
+# each operation's GFLOP/s and its share of the peak.
 # Usage: scripts/bench-gemm.sh [config (default configs/small.toml)] [threads (default: all cores)] [steps (12)]
 # DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm onednn-bf16").
 set -euo pipefail

@@ -2,14 +2,13 @@
 // on, and the checkpoint's "training" metadata.
 #include "dptrain/train/option_table.hpp"
 
-#include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
-
-#include <fmt/format.h>
 
 #include "dptrain/core/error.hpp"
 
@@ -57,8 +56,7 @@ CLI::Validator finite_number() {
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
-        if (end != text.c_str() && !std::isfinite(value))
-          return fmt::format("must be a finite number, got {}", text);
+        if (end != text.c_str() && !std::isfinite(value)) return fmt::format("must be a finite number, got {}", text);
         return {};  // a finite number, or not a number at all (the conversion reports that)
       },
       "FINITE");
@@ -106,7 +104,8 @@ TrainOption entry(std::string flag, std::string help, Field field, Agreement agr
   return option;
 }
 
-#define DPTRAIN_FIELD(member) [](auto& o) -> auto& { return o.member; }
+#define DPTRAIN_FIELD(member) \
+  [](auto& o) -> auto& { return o.member; }
 
 std::vector<TrainOption> make_table() {
   constexpr Agreement all = Agreement::every_rank, own = Agreement::per_rank;
@@ -192,10 +191,9 @@ std::vector<TrainOption> make_table() {
       // Saving is collective (barriers, one shard per rank into rank 0's folder).
       entry("--save", "Checkpoint directory (written at the end and every --save-every steps)", DPTRAIN_FIELD(save),
             all, unsaved, Shown::nothing),
-      entry("--save-every", "Checkpoint every N steps (0: only at the end)", DPTRAIN_FIELD(save_every), all,
-            unsaved),
-      entry("--resume", "Continue from the latest checkpoint in this directory", DPTRAIN_FIELD(resume), all,
-            unsaved, Shown::nothing),
+      entry("--save-every", "Checkpoint every N steps (0: only at the end)", DPTRAIN_FIELD(save_every), all, unsaved),
+      entry("--resume", "Continue from the latest checkpoint in this directory", DPTRAIN_FIELD(resume), all, unsaved,
+            Shown::nothing),
       // Rank 0 alone checks and prunes --save, but the run's outcome must not depend on which rank was told.
       entry("--overwrite", "Let a run that does not resume from --save replace the checkpoints already there",
             DPTRAIN_FIELD(overwrite), all, unsaved),

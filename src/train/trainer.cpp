@@ -226,11 +226,11 @@ int Trainer::run() {
                   backend_->name() == "cpu" ? " on " + host_cpu_.description() : "", link_.description,
                   peak_flops_ / 1e9, peak_source_));
   RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
-                       .tokens_per_step = tokens_per_step,
-                       .steps = options_.steps,
-                       .ranks = world_.size(),
-                       .peak_flops = peak_flops_,
-                       .overlap = overlap_choice_.overlap_for_step(0)};
+                 .tokens_per_step = tokens_per_step,
+                 .steps = options_.steps,
+                 .ranks = world_.size(),
+                 .peak_flops = peak_flops_,
+                 .overlap = overlap_choice_.overlap_for_step(0)};
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
   catch_stop_signals(threads_);
   if (first_step_ > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step_));
@@ -276,8 +276,8 @@ int Trainer::run() {
         },
         "the exchange of entry times, step times and stop requests");
     if (const auto choice = overlap_choice_.record(index, slowest_seconds)) say(*choice);
-    const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(),
-                                            link_.link, totals.collectives);
+    const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(), link_.link,
+                                            totals.collectives);
     const std::string skipped = result.finite
                                     ? std::string()
                                     : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite",
@@ -331,20 +331,20 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
       memory_figures(engine_->memory(), peak_resident_bytes(), double(backend_->device().memory_in_use()));
   std::vector<double> largest;
   engine_->run_on_comm_executor([&] { largest = world_.max_over_ranks(mine); }, "the exchange of memory figures");
-  RunSummary summary = run_summary({.options = options_,
-                                    .run = run,
-                                    .totals = totals,
-                                    .plan = engine_->plan(),
-                                    .parameters = engine_->layout().total(),
-                                    .link = link_,
-                                    .memory_mine = mine,
-                                    .memory_largest = largest,
-                                    .first_step = first_step_,
-                                    .threads = threads_,
-                                    .overlap_choice = overlap_choice_.summary(),
-                                    .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary()
-                                                                          : nlohmann::json(),
-                                    .host_cpu = host_cpu_});
+  RunSummary summary =
+      run_summary({.options = options_,
+                   .run = run,
+                   .totals = totals,
+                   .plan = engine_->plan(),
+                   .parameters = engine_->layout().total(),
+                   .link = link_,
+                   .memory_mine = mine,
+                   .memory_largest = largest,
+                   .first_step = first_step_,
+                   .threads = threads_,
+                   .overlap_choice = overlap_choice_.summary(),
+                   .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary() : nlohmann::json(),
+                   .host_cpu = host_cpu_});
   for (const std::string& line : summary.lines) say(line);
   if (op_times_) {  // rank 0's own operations
     const OpTimesReport report = op_times_report(op_times_->rows(), op_times_steps_, op_times_seconds_, peak_flops_);

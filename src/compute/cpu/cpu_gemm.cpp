@@ -128,6 +128,14 @@ SgemmFunction library_function(std::string_view library) {
   return openblas_sgemm;
 }
 
+// The call taking B in BF16, for the library that multiplies BF16 operands; null for the fp32 ones.
+Bf16BGemmFunction library_bf16_b_function([[maybe_unused]] std::string_view library) {
+#ifdef DPTRAIN_HAVE_ONEDNN
+  if (library == "onednn-bf16") return onednn_bf16_gemm_bf16_b;
+#endif
+  return nullptr;
+}
+
 }  // namespace
 
 std::string cpu_gemm_unavailable(std::string_view spec) { return parse_spec(spec).error; }
@@ -145,9 +153,7 @@ CpuGemm make_cpu_gemm(std::string_view spec) {
   CpuGemm gemm{.name = cpu_gemm_spec(parsed.libraries), .libraries = parsed.libraries, .functions = {}};
   for (std::size_t i = 0; i < 3; ++i) {
     gemm.functions[i] = library_function(parsed.libraries[i]);
-#ifdef DPTRAIN_HAVE_ONEDNN
-    if (parsed.libraries[i] == "onednn-bf16") gemm.bf16_b_functions[i] = onednn_bf16_gemm_bf16_b;
-#endif
+    gemm.bf16_b_functions[i] = library_bf16_b_function(parsed.libraries[i]);
   }
   return gemm;
 }
