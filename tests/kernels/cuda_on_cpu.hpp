@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -131,9 +132,27 @@ T* dynamic_shared() {
   return reinterpret_cast<T*>(self.block->shared.data());
 }
 
+// What a GPU of compute capability 9.0 refuses at launch (cudaErrorInvalidConfiguration), empty where it would
+// launch: no block or thread at all, more than 1024 threads a block (x, y ≤ 1024, z ≤ 64), a grid beyond 2³¹−1 ×
+// 65535 × 65535, or more than 48 KiB of dynamic shared memory (the limit without
+// cudaFuncAttributeMaxDynamicSharedMemorySize, which no kernel of kernels/ sets). Every launch of the harness
+// checks it, so a shape the CPU runs but a GPU would refuse fails in CI.
+inline constexpr std::size_t kMaxDynamicSharedBytes = 48 << 10;
+inline std::string launch_problem(dim3 grid, dim3 block, std::size_t shared_bytes) {
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return "an empty grid";
+  if (threads == 0) return "an empty block";
+  if (threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64) return "more than 1024 threads a block";
+  if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) return "a grid beyond 2^31-1 x 65535 x 65535";
+  if (shared_bytes > kMaxDynamicSharedBytes) return "more than 48 KiB of dynamic shared memory";
+  return "";
+}
+
 // Runs kernel<<<grid, block, shared_bytes>>>(args...) to completion. Only the x dimensions are used so far.
 template <typename Kernel, typename... Args>
 void launch_shared(Kernel kernel, dim3 grid, dim3 block, std::size_t shared_bytes, Args... args) {
+  if (const std::string problem = launch_problem(grid, block, shared_bytes); !problem.empty())
+    throw std::invalid_argument("cuda_on_cpu: a GPU would refuse this launch: " + problem);
   const unsigned threads = block.x * block.y * block.z;
   if (block.y != 1 || block.z != 1 || threads % kWarpSize != 0)
     throw std::invalid_argument("cuda_on_cpu: blocks must be 1-D with a multiple of 32 threads");
