@@ -2,6 +2,7 @@
 #include "cublaslt_gemm.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -22,20 +23,6 @@ unsigned alignment_of(const void* p, std::int64_t ld, std::int64_t stride, std::
   return alignment;
 }
 
-cublasLtMatrixLayout_t matrix_layout(cudaDataType_t type, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                                     int batch, std::int64_t stride) {
-  cublasLtMatrixLayout_t layout = nullptr;
-  DP_CUDA(cublasLtMatrixLayoutCreate(&layout, type, std::uint64_t(rows), std::uint64_t(cols), ld));
-  if (batch > 1) {
-    DP_CUDA(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
-    DP_CUDA(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                             sizeof stride));
-  }
-  return layout;
-}
-
-cublasOperation_t op(GemmOp o) { return o == GemmOp::T ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
 }  // namespace
 
 CublasLtGemm::CublasLtGemm(Memory& device_memory, cudaStream_t stream)
@@ -44,12 +31,7 @@ CublasLtGemm::CublasLtGemm(Memory& device_memory, cudaStream_t stream)
 }
 
 CublasLtGemm::~CublasLtGemm() {
-  for (auto& [key, p] : prepared_) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.d);
-    cublasLtMatmulDescDestroy(p.operation);
-  }
+  prepared_.clear();  // the descriptors before the handle
   cublasLtDestroy(handle_);
 }
 
@@ -58,24 +40,8 @@ const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key) {
   const auto& [plan, d_type_int, align_a, align_b, align_d] = key;
   const bool bias = plan.bias_epilogue;
   const auto d_type = cudaDataType_t(d_type_int);
-  Prepared p;
-  DP_CUDA(cublasLtMatmulDescCreate(&p.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transa = op(plan.transa), transb = op(plan.transb);
-  DP_CUDA(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
-  DP_CUDA(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
-  if (bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = CUDA_R_16BF;
-    DP_CUDA(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    DP_CUDA(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                           sizeof bias_type));
-  }
-  // Column-major op(A) is m×k, op(B) k×n: A is stored k×m when transposed, B n×k.
   const bool ta = plan.transa == GemmOp::T, tb = plan.transb == GemmOp::T;
-  const int batch = int(plan.batch);
-  p.a = matrix_layout(CUDA_R_16BF, ta ? plan.k : plan.m, ta ? plan.m : plan.k, plan.lda, batch, plan.stride_a);
-  p.b = matrix_layout(CUDA_R_16BF, tb ? plan.n : plan.k, tb ? plan.k : plan.n, plan.ldb, batch, plan.stride_b);
-  p.d = matrix_layout(d_type, plan.m, plan.n, plan.ldc, batch, plan.stride_c);
+  Prepared p{CublasLtDescriptors(plan, d_type)};
 
   cublasLtMatmulPreference_t preference = nullptr;
   DP_CUDA(cublasLtMatmulPreferenceCreate(&preference));
@@ -91,8 +57,10 @@ const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key) {
                                                  sizeof alignments[i]));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, p.operation, p.a, p.b, p.d, p.d, preference,
-                                                                1, &result, &found);
+  const CublasLtDescriptors& described = p.descriptors;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, described.operation(), described.a(), described.b(), described.d(),
+                                     described.d(), preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0)
     throw std::runtime_error(fmt::format(
@@ -101,7 +69,7 @@ const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key) {
         plan.m, plan.n, plan.k, ta ? 'T' : 'N', tb ? 'T' : 'N', plan.lda, plan.ldb, plan.ldc,
         plan.batch, d_type == CUDA_R_32F ? "fp32" : "bf16", bias, align_a, align_b, align_d));
   p.algorithm = result.algo;
-  return prepared_.emplace(key, p).first->second;
+  return prepared_.emplace(key, std::move(p)).first->second;
 }
 
 void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d, const void* bias) {
@@ -112,11 +80,13 @@ void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> t
   const Prepared& p = prepare({plan, int(d_type), alignment_of(A, plan.lda, plan.stride_a, 2),
                                alignment_of(B, plan.ldb, plan.stride_b, 2),
                                alignment_of(D, plan.ldc, plan.stride_c, element_size(d))});
+  const CublasLtDescriptors& described = p.descriptors;
   if (bias)
-    DP_CUDA(cublasLtMatmulDescSetAttribute(p.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    DP_CUDA(cublasLtMatmulDescSetAttribute(described.operation(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof bias));
   const float alpha = plan.alpha, beta = plan.beta;
-  DP_CUDA(cublasLtMatmul(handle_, p.operation, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algorithm,
-                         workspace_.data(), kWorkspaceBytes, stream_));
+  DP_CUDA(cublasLtMatmul(handle_, described.operation(), &alpha, A, described.a(), B, described.b(), &beta, D,
+                         described.d(), D, described.d(), &p.algorithm, workspace_.data(), kWorkspaceBytes, stream_));
 }
 
 }  // namespace dptrain::cuda

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "../bf16/gemm_runner.hpp"
+#include "cublaslt_descriptors.hpp"
 #include "dptrain/core/memory.hpp"
 
 namespace dptrain::cuda {
@@ -32,8 +33,7 @@ class CublasLtGemm final : public GemmRunner {
 
  private:
   struct Prepared {
-    cublasLtMatmulDesc_t operation = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    CublasLtDescriptors descriptors;
     cublasLtMatmulAlgo_t algorithm{};
   };
   using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned /*alignments of A, B, D*/>;
