@@ -10,10 +10,12 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -89,9 +91,10 @@ std::size_t parse_size(const std::string& text, const char* flag) {
   if (suffix == "G" || suffix == "g") shift = 30;
   require(digits > 0 && digits <= 12 && shift >= 0,
           "{}: bad size '{}' (expected bytes with an optional K, M or G suffix, e.g. 8, 1K, 256M)", flag, text);
-  const std::size_t bytes = std::stoull(text.substr(0, digits)) << shift;
-  require(bytes > 0, "{}: size must be at least 1 byte, got '{}'", flag, text);
-  return bytes;
+  const std::size_t number = std::stoull(text.substr(0, digits));
+  require(number > 0, "{}: size must be at least 1 byte, got '{}'", flag, text);
+  require(number <= (SIZE_MAX >> shift), "{}: size '{}' does not fit in 64 bits", flag, text);
+  return number << shift;
 }
 
 struct Options {
@@ -155,10 +158,16 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   if (algo == "all") {
     options.algorithms = {Algorithm::ring, Algorithm::tree, Algorithm::native};
   } else {
+    require(algo == "ring" || algo == "tree" || algo == "native",
+            "--algo: unknown algorithm '{}' (expected ring, tree, native or all)", algo);
     options.algorithms = {parse_algorithm(algo, "--algo")};
   }
   if (options.op == BenchOp::sendrecv) options.algorithms = {Algorithm::ring};  // one row: the transport itself
   options.dtype = parse_dtype(dtype, "-d");
+  require(options.min_bytes >= element_size(options.dtype), "-b {}: smaller than one {} element ({} bytes)", min_bytes,
+          dtype_name(options.dtype), element_size(options.dtype));
+  require(!app.count("--json") || !options.json.empty(), "--json: expected a file name, got ''");
+  require(!app.count("--fit") || !options.fit.empty(), "--fit: expected a file name, got ''");
   require(options.fit.empty() || options.op != BenchOp::sendrecv,
           "--fit: sendrecv has no collective formula to fit; use --op allreduce, reduce_scatter or all_gather");
   require(options.iters >= 1, "-n: iterations must be at least 1, got {}", options.iters);
@@ -469,7 +478,15 @@ void fit_links(const std::string& path, const std::vector<BenchResult>& results)
     for (const BenchResult& r : results)
       if (r.algo == algo && r.size > 0)
         samples.push_back({modelled_collective(r.op, algo), r.ranks, double(r.size), r.time_us * 1e-6});
-    const cost::LinkGammaFit fitted = cost::fit_alpha_beta_gamma(samples, cost::FitWeighting::relative);
+    cost::LinkGammaFit fitted;
+    try {
+      fitted = cost::fit_alpha_beta_gamma(samples, cost::FitWeighting::relative);
+    } catch (const UserError& e) {
+      // The first algorithm's fit is the link written: without it there is no result. The others are reported.
+      if (fits.empty()) fail("--fit: {}: {}", algo, e.what());
+      std::printf("# fit %-7s none: %s\n", algo.c_str(), e.what());
+      continue;
+    }
     const cost::LinkFit& fit = fitted.fit;
     std::printf("# fit %-7s %s%s  (%d sizes, max |relative residual| %.1f%%)\n", algo.c_str(),
                 cost::describe(fit.link).c_str(),
@@ -508,8 +525,7 @@ void write_json(const std::string& path, const std::vector<BenchResult>& results
          {"nccl_estimate_us", r.nccl_estimate_us ? nlohmann::json(*r.nccl_estimate_us) : nlohmann::json(nullptr)},
          {"ranks", r.ranks}});
   }
-  std::ofstream out(path);
-  if (!(out << rows.dump(2) << '\n')) fail("--json: cannot write '{}'", path);
+  write_file_atomically(path, rows.dump(2) + "\n");
 }
 
 // Every rank holds a message and a receive buffer of the largest size, and the collective's scratch may take as
@@ -544,6 +560,26 @@ bool device_usable(const std::string& device, Placement placement, int rank) {
   return failed_ranks == 0;
 }
 
+// The message sizes of the sweep: -b, -b·f, -b·f², … up to -e.
+std::vector<std::size_t> sweep_sizes(const Options& options) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= options.factor) {
+    sizes.push_back(bytes);
+    if (bytes > options.max_bytes / options.factor) break;  // the next size would overflow or pass -e
+  }
+  return sizes;
+}
+
+// Runs `problem` on rank 0 (what only rank 0 does: it writes the files) and returns on every rank whether it
+// found none; rank 0 prints the problem. Every rank then exits alike: none hangs, none exits 0 alone.
+bool agreed_on_first(int rank, const std::function<std::string()>& problem) {
+  const std::string found = rank == 0 ? problem() : "";
+  int ok = found.empty() ? 1 : 0;
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!ok && rank == 0) std::fprintf(stderr, "dpbench: %s\n", found.c_str());
+  return ok == 1;
+}
+
 int run(int argc, char** argv, int rank) {
   std::optional<Options> options;
   try {
@@ -556,12 +592,23 @@ int run(int argc, char** argv, int rank) {
     return kExitBadInput;
   }
   if (!options) return 0;
-  // Only rank 0 writes the JSON file: find out now, on every rank, whether it can, rather than after the sweep.
-  int json_ok = 1;
-  if (rank == 0 && !options->json.empty()) json_ok = std::ofstream(options->json).good() ? 1 : 0;
-  MPI_Bcast(&json_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (!json_ok) {
-    if (rank == 0) std::fprintf(stderr, "dpbench: --json: cannot write '%s'\n", options->json.c_str());
+  // Only rank 0 writes the files: find out now, on every rank, whether it can, rather than after the sweep.
+  const auto outputs_writable = [&options] {
+    for (const auto& [flag, path] : {std::pair{"--json", options->json}, std::pair{"--fit", options->fit}})
+      if (const std::string why = path.empty() ? "" : atomic_write_problem(path); !why.empty())
+        return fmt::format("{}: cannot write '{}': {}", flag, path, why);
+    return std::string();
+  };
+  if (!agreed_on_first(rank, outputs_writable)) return kExitBadInput;
+  const std::vector<std::size_t> sizes = sweep_sizes(*options);
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (!options->fit.empty() && (ranks < 2 || sizes.size() < 2)) {  // known on every rank alike
+    if (rank == 0)
+      std::fprintf(stderr, "dpbench: --fit: %s\n",
+                   ranks < 2 ? "one rank sends nothing over a link, so α and B are undetermined: run on 2 ranks or more"
+                             : fmt::format("the sweep has one message size ({} bytes); a fit needs two or more "
+                                           "(-b below -e)", sizes.front()).c_str());
     return kExitBadInput;
   }
 
@@ -581,24 +628,31 @@ int run(int argc, char** argv, int rank) {
     Options sweep = *options;
     sweep.op = op;
     if (rank == 0) print_header(sweep, *bench, bench->transport->size());
-    for (std::size_t bytes = sweep.min_bytes; bytes <= sweep.max_bytes; bytes *= sweep.factor) {
+    std::size_t previous_count = 0;
+    for (std::size_t bytes : sizes) {
+      // Reduce-scatter and all-gather round sizes up to whole chunks: a size that rounds onto the last row's is
+      // that row again.
+      const std::size_t count = row_count(sweep, bytes, ranks);
+      if (count == previous_count) continue;
+      previous_count = count;
       for (Algorithm algo : sweep.algorithms) {
         results.push_back(measure(sweep, *bench, algo, bytes));
         if (rank == 0) print_row(results.back());
       }
-      if (bytes > sweep.max_bytes / sweep.factor) break;  // the next size would overflow or pass -e
     }
   }
-  if (rank == 0 && !options->json.empty()) write_json(options->json, results);
-  if (rank == 0 && !options->fit.empty()) {
-    // After the last collective: a fit that cannot be made (too few or too noisy sizes) is rank 0's alone.
+  // After the last collective, rank 0 writes; a fit that cannot be made (too few or too noisy sizes) ends every
+  // rank with exit 2.
+  const auto write_results = [&] {
     try {
-      fit_links(options->fit, results);
+      if (!options->json.empty()) write_json(options->json, results);
+      if (!options->fit.empty()) fit_links(options->fit, results);
     } catch (const UserError& e) {
-      std::fprintf(stderr, "dpbench: %s\n", e.what());
-      return kExitBadInput;
+      return std::string(e.what());
     }
-  }
+    return std::string();
+  };
+  if (!agreed_on_first(rank, write_results)) return kExitBadInput;
   return 0;
 }
 

@@ -2,6 +2,7 @@
 #include "dptrain/core/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,8 +13,12 @@
 
 namespace dptrain {
 
+namespace {
+std::string temporary_beside(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+}  // namespace
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const std::string temporary = temporary_beside(path);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   require(fd >= 0, "cannot create '{}': {}", temporary, std::strerror(errno));
   std::size_t written = 0;
@@ -34,6 +39,17 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::unlink(temporary.c_str());
     fail("cannot replace '{}': {}", path, std::strerror(error));
   }
+}
+
+std::string atomic_write_problem(const std::string& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) return "it is a directory";
+  const std::string temporary = temporary_beside(path);
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  ::unlink(temporary.c_str());
+  return "";
 }
 
 }  // namespace dptrain

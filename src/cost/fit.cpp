@@ -76,7 +76,10 @@ LinkFit fit_alpha_beta(std::span<const TimingSample> samples, FitWeighting weigh
     beta = dot(beta_column, target) / (beta_norm * beta_norm);
     fit.alpha_clamped = true;
   }
-  require(beta > 0, "α–β fit: measured times do not grow with message size (fitted 1/B = {:g} s/B)", beta);
+  require(beta > 0,
+          "α–β fit: measured times do not grow with message size (fitted 1/B = {:g} s/B): the sizes are too small "
+          "or too noisy to show the bandwidth; measure larger messages",
+          beta);
   fit.link = Link{.alpha_s = alpha, .bandwidth_Bps = 1 / beta};
   fit.samples = static_cast<int>(count);
 

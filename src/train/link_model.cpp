@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,8 +25,11 @@ LinkSource link_from_spec(const std::string& spec) {
       // γ is optional: dpbench writes it only from a sweep that can determine it (--op all).
       const cost::Link link{j.at("alpha_s").get<double>(), j.at("bandwidth_Bps").get<double>(),
                             j.value("gamma_s_per_byte", 0.0)};
-      require(link.alpha_s >= 0 && link.bandwidth_Bps > 0,
-              "--link: '{}' holds α {} s and B {} B/s; need α ≥ 0, B > 0", spec, link.alpha_s, link.bandwidth_Bps);
+      require(link.alpha_s >= 0 && link.bandwidth_Bps > 0 && link.gamma_s_per_byte >= 0 &&
+                  std::isfinite(link.alpha_s) && std::isfinite(link.bandwidth_Bps) &&
+                  std::isfinite(link.gamma_s_per_byte),
+              "--link: '{}' holds α {} s, B {} B/s and γ {} s/B; need finite α ≥ 0, B > 0 and γ ≥ 0", spec,
+              link.alpha_s, link.bandwidth_Bps, link.gamma_s_per_byte);
       return {link, fmt::format("from {}: {}", spec, cost::describe(link))};
     } catch (const nlohmann::json::exception& e) {
       fail("--link: '{}' is not a link file ({{\"alpha_s\": .., \"bandwidth_Bps\": ..}}): {}", spec, e.what());

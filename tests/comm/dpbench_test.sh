@@ -10,22 +10,34 @@ trap 'rm -rf "$out"' EXIT
 
 for op in allreduce reduce_scatter all_gather sendrecv; do
   for dtype in bf16 fp32; do
-    "$mpiexec" -n 3 --oversubscribe "$dpbench" --op "$op" -d "$dtype" -b 2 -e 300K -f 7 -n 2 -w 1 -c 1 \
+    "$mpiexec" -n 3 --oversubscribe "$dpbench" --op "$op" -d "$dtype" -b 4 -e 300K -f 7 -n 2 -w 1 -c 1 \
       --json "$out/$op-$dtype.json" > "$out/$op-$dtype.txt"
     rows=$(jq 'length' "$out/$op-$dtype.json")
-    expected=$([[ $op == sendrecv ]] && echo 7 || echo 21)  # 7 sizes (2 B .. 235 KiB) × 3 algorithms
+    expected=$([[ $op == sendrecv ]] && echo 6 || echo 18)  # 6 sizes (4 B .. 66 KiB) × 3 algorithms
     [[ $rows == "$expected" ]] || { echo "FAIL $op $dtype: $rows rows, expected $expected"; exit 1; }
     jq -e 'all(.[]; .wrong == 0 and .ranks == 3 and .time_us > 0)' "$out/$op-$dtype.json" > /dev/null ||
       { echo "FAIL $op $dtype:"; cat "$out/$op-$dtype.txt"; exit 1; }
   done
 done
 
+# Reduce-scatter rounds sizes up to whole chunks: 2, 4 and 8 bytes at 3 ranks are 3, 3 and 6 elements, two rows.
+"$mpiexec" -n 3 --oversubscribe "$dpbench" --op reduce_scatter -b 2 -e 8 -n 1 -w 0 --algo ring --json "$out/rs.json" \
+  > /dev/null
+[[ $(jq -c '[.[].size]' "$out/rs.json") == "[6,12]" ]] || { echo "FAIL rounded rows:"; cat "$out/rs.json"; exit 1; }
+
+# Each rank's exit status is recorded by a wrapper, and mpirun told not to end the others when one exits non-zero:
+# every rank must exit 2 by itself, not rank 0 alone.
 check_bad_input() {
   local expected_message=$1
   shift
   local status=0
-  timeout 60 "$mpiexec" -n 2 --oversubscribe "$dpbench" "$@" > "$out/bad.txt" 2> "$out/bad.err" || status=$?
-  [[ $status == 2 ]] || { echo "FAIL '$*': exit $status, expected 2"; cat "$out/bad.err"; exit 1; }
+  rm -f "$out"/rank-status.*
+  timeout 60 "$mpiexec" -n 2 --oversubscribe --mca orte_abort_on_non_zero_status 0 bash -c \
+    '"$@"; s=$?; echo $s > "'"$out"'/rank-status.$OMPI_COMM_WORLD_RANK"; exit $s' rank "$dpbench" "$@" \
+    > "$out/bad.txt" 2> "$out/bad.err" || status=$?
+  [[ $status != 124 ]] || { echo "FAIL '$*': still running after 60 s"; exit 1; }
+  [[ "$(cat "$out"/rank-status.* | tr '\n' ' ')" == "2 2 " ]] ||
+    { echo "FAIL '$*': rank exit statuses $(cat "$out"/rank-status.* | tr '\n' ' '), expected 2 on both"; exit 1; }
   local lines
   lines=$(grep -c '^dpbench: ' "$out/bad.err" || true)
   [[ $lines == 1 ]] || { echo "FAIL '$*': $lines 'dpbench:' lines, expected 1"; cat "$out/bad.err"; exit 1; }
@@ -36,7 +48,16 @@ check_bad_input "--op: unknown operation 'reduce' (expected allreduce, reduce_sc
   --op reduce
 check_bad_input "-b 1M is larger than -e 1K" -b 1M -e 1K
 check_bad_input "-f: step factor must be an integer of at least 2, got 1" -f 1
-check_bad_input "--algo: unknown algorithm 'star' (expected ring, tree or native)" --algo star
+check_bad_input "--algo: unknown algorithm 'star' (expected ring, tree, native or all)" --algo star
+check_bad_input "-b 1: smaller than one bf16 element (2 bytes)" -b 1 -e 8
+check_bad_input "-e: size '17179869185G' does not fit in 64 bits" -e 17179869185G
+check_bad_input "--json: expected a file name, got ''" --json ""
+# --fit: what makes a fit impossible is refused before the sweep, on every rank, and nothing is written.
+check_bad_input "--fit: the sweep has one message size (1024 bytes); a fit needs two or more" -b 1K -e 1K \
+  --fit "$out/link.json"
+check_bad_input "--fit: cannot write '$out/missing/link.json': No such file or directory" -b 1K -e 4K \
+  --fit "$out/missing/link.json"
+[[ ! -e "$out/link.json" ]] || { echo "FAIL: a refused --fit wrote $out/link.json"; exit 1; }
 check_bad_input "-d: unknown dtype 'fp16' (expected bf16 or fp32)" -d fp16
 check_bad_input "-b: bad size '3X'" -b 3X
 check_bad_input "--device: unknown device 'gpu' (expected cpu or cuda)" --device gpu

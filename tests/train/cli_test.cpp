@@ -26,6 +26,7 @@ struct BadInput {
 
 TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   testing::write_text(dir_ / "empty.txt", "");
+  testing::write_text(dir_ / "negative-gamma.json", R"({"alpha_s": 0, "bandwidth_Bps": 1e9, "gamma_s_per_byte": -1e-6})");
   testing::write_text(dir_ / "bad.toml", "layers = 2\nbogus = 3\n");
   testing::write_text(dir_ / "badshard.bin", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
   testing::write_text(dir_ / "blob.raw", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
@@ -70,6 +71,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--config " + (dir_ / "bad.toml"), "--config: INI was not able to parse bogus"},
       {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
       {"--trace " + (dir_ / "nowhere/trace.json"), "--trace: the directory of"},
+      {"--link " + (dir_ / "negative-gamma.json"), "need finite α ≥ 0, B > 0 and γ ≥ 0"},
   };
   for (const auto& c : cases) {
     const auto r = run_command(dptrain(c.flags));

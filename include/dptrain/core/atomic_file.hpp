@@ -8,4 +8,9 @@ namespace dptrain {
 // Throws UserError naming the file and the system's reason.
 void write_file_atomically(const std::string& path, const std::string& bytes);
 
+// Why write_file_atomically(path, ...) would fail now — path is a directory, or its directory is missing or not
+// writable (the system's reason) — or empty where it would succeed. Creates and removes a temporary file beside
+// path; path itself is not touched. For checking an output before a long run rather than after it.
+std::string atomic_write_problem(const std::string& path);
+
 }  // namespace dptrain
