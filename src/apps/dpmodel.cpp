@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -42,6 +44,21 @@ std::string preset_names(std::span<const Preset> presets) {
   std::string names;
   for (const Preset& preset : presets) names += fmt::format("{}{}", names.empty() ? "" : ", ", preset.name);
   return names;
+}
+
+// Counts as users write them: "7e9" as well as "7000000000"; "1.5" or "0" get a line saying what is accepted.
+CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error != std::errc() || end != text.data() + text.size() || !(value >= 1 && value <= 9e18) ||
+            value != std::floor(value))
+          return fmt::format("expected a whole number from 1 to 9e18 (e.g. 7e9 or 7000000000), got '{}'", text);
+        text = fmt::format("{:.0f}", value);
+        return "";
+      },
+      "N");
 }
 
 // Fills the model keys a project config (configs/*.toml, flat keys) holds that the command line left unset.
@@ -177,14 +194,15 @@ void add_options(CLI::App& app, Options& o) {
                                 "the parameter count, D = batch·seq")
                      ->check(CLI::ExistingFile);
   // Ranges are checked by cost::validate and dptrain::validate, whose messages say what would be accepted.
-  auto* params = app.add_option("--params", o.params, "N: parameters, embeddings included");
+  auto* params =
+      app.add_option("--params", o.params, "N: parameters, embeddings included")->transform(whole_number());
   app.add_option("--layers", o.layers, "L: transformer blocks");
   app.add_option("--width", o.width, "H: model width");
   app.add_option("--seq", o.seq, "Q: sequence length");
   auto* vocab = app.add_option("--vocab", o.vocab, "V: vocabulary (N is then the GPT-2 parameter count)");
   auto* heads = app.add_option("--heads", o.heads, "attention heads (with --vocab)");
-  app.add_option("--tokens", o.tokens, "D: tokens per step, all GPUs together");
-  app.add_option("--batch", o.batch, "global batch in sequences: D = batch·seq");
+  app.add_option("--tokens", o.tokens, "D: tokens per step, all GPUs together")->transform(whole_number());
+  app.add_option("--batch", o.batch, "global batch in sequences: D = batch·seq")->transform(whole_number());
   model->excludes(config)->excludes(params)->excludes(vocab);
   params->excludes(config)->excludes(vocab)->excludes(heads);
   app.add_option("--gpus", o.gpus, "GPU count, or a sweep: 2,4,8 or 2,4,8,...,1024")->capture_default_str();

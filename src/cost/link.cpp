@@ -126,8 +126,23 @@ Link parse_link(std::string_view text) {
   return parse_link_spec(text);
 }
 
+namespace {
+
+// The value in the largest of `units` (largest first) in which it is ≥ 1, shortest form: "5 µs", "12.5 GB/s".
+std::string in_largest_unit(double value, std::span<const Unit> units) {
+  for (const Unit& unit : units)
+    if (std::abs(value) * unit.divisor / unit.multiplier >= 1 || &unit == &units.back())
+      return fmt::format("{:g} {}", value * unit.divisor / unit.multiplier, unit.name);
+  return {};  // unreachable: the last unit always prints
+}
+
+}  // namespace
+
 std::string describe(const Link& link) {
-  std::string text = fmt::format("α = {:g} µs, B = {:g} GB/s", link.alpha_s * 1e6, link.bandwidth_Bps / 1e9);
+  static constexpr Unit kTimes[] = {{"s", 1, 1}, {"ms", 1, 1e3}, {"µs", 1, 1e6}, {"ns", 1, 1e9}};
+  static constexpr Unit kRates[] = {{"GB/s", 1e9, 1}, {"MB/s", 1e6, 1}, {"KB/s", 1e3, 1}, {"B/s", 1, 1}};
+  std::string text = fmt::format("α = {}, B = {}", link.alpha_s == 0 ? "0" : in_largest_unit(link.alpha_s, kTimes),
+                                 in_largest_unit(link.bandwidth_Bps, kRates));
   if (link.gamma_s_per_byte > 0) text += fmt::format(", γ = {:g} ns/B", link.gamma_s_per_byte * 1e9);
   return text;
 }

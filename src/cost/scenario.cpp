@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <utility>
 
 #include "dptrain/core/error.hpp"
 
@@ -46,6 +47,17 @@ ScenarioNumbers evaluate(const Scenario& scenario) {
   }
   numbers.step = model_step(numbers.flops_per_step, p, scenario.peak_flops, scenario.eta,
                             numbers.ring_all_reduce.seconds);
+  // Inputs each valid alone can still leave the range of a double (α = 1e308 s, η = 1e-320): refuse them rather
+  // than print inf or nan.
+  const std::pair<const char*, double> times[] = {{"a ring all-reduce", numbers.ring_all_reduce.seconds},
+                                                  {"a tree all-reduce", numbers.tree_all_reduce.seconds},
+                                                  {"the compute of a step", numbers.step.compute_s},
+                                                  {"the exposed communication", numbers.step.exposed_comm_s()}};
+  for (const auto& [what, seconds] : times)
+    require(std::isfinite(seconds),
+            "the model's time of {} is {} s for these inputs (α = {} s, B = {} B/s, P = {} FLOP/s, η = {}): "
+            "beyond what a double holds; give values of a real machine",
+            what, seconds, scenario.link.alpha_s, scenario.link.bandwidth_Bps, scenario.peak_flops, scenario.eta);
   return numbers;
 }
 

@@ -236,4 +236,13 @@ nlohmann::json checkpoint_training_section(const TrainOptions& options) {
   return section;
 }
 
+std::vector<std::string> changed_since_checkpoint(const nlohmann::json& saved, const TrainOptions& options) {
+  std::vector<std::string> changed;
+  for (const TrainOption& option : train_option_table())
+    if (option.in_checkpoint && saved.is_object() && saved.contains(option.key()) &&
+        saved.at(option.key()) != option.json(options))
+      changed.push_back(fmt::format("{} {} (was {})", option.flag, option.text(options), saved.at(option.key()).dump()));
+  return changed;
+}
+
 }  // namespace dptrain

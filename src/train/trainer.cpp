@@ -78,7 +78,10 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   engine_ =
       std::make_unique<DataParallelEngine>(options_.model, *backend_, std::move(group), settings, local_windows_);
   if (!options_.resume.empty()) {
-    first_step_ = load_checkpoint(options_.resume, *engine_, options_).step;
+    const ResumePoint resumed = load_checkpoint(options_.resume, *engine_, options_);
+    first_step_ = resumed.step;
+    changed_since_checkpoint_ =
+        changed_since_checkpoint(resumed.meta.value("training", nlohmann::json::object()), options_);
   } else {
     engine_->initialise(options_.seed);
   }
@@ -233,7 +236,13 @@ int Trainer::run() {
                  .overlap = overlap_choice_.overlap_for_step(0)};
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
   catch_stop_signals(threads_);
-  if (first_step_ > 0) say(fmt::format("dptrain | resumed from '{}' at step {}", options_.resume, first_step_));
+  if (first_step_ > 0)
+    say(fmt::format("dptrain | resumed from '{}' at step {}{}", options_.resume, first_step_,
+                    changed_since_checkpoint_.empty()
+                        ? ""
+                        : fmt::format("; changed since it was saved: {} (followed from here, so this is not the saved "
+                                      "run's continuation bit for bit)",
+                                      fmt::join(changed_since_checkpoint_, ", "))));
   Timeline& timeline = engine_->timeline();
   timeline.record(!options_.trace.empty());
   world_.barrier();

@@ -107,7 +107,8 @@ TEST(Dpmodel, PrintsGammaWhenTheLinkHasOne) {
 }
 
 TEST(Dpmodel, AnyModelFromFlags) {
-  const ProcessResult run = run_dpmodel("--params 1000000 --layers 2 --width 64 --seq 32 --tokens 4096 --gpus 2 "
+  // Counts in scientific notation are whole numbers too.
+  const ProcessResult run = run_dpmodel("--params 1e6 --layers 2 --width 64 --seq 32 --tokens 4096 --gpus 2 "
                               "--peak-tflops 100 --eta 0.5 --json");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const nlohmann::json out = nlohmann::json::parse(run.output);
@@ -120,7 +121,10 @@ TEST(Dpmodel, BadInputIsOneLineAndExitCodeTwo) {
                                 "--model gpt-5", "--device tpu", "--eta 2", "--compress 0", "--params 100",
                                 "--model llama-7b --params 100", "--device h100 --peak-tflops 5", "--nonsense",
                                 "--config /nonexistent/x.toml", "--vocab 256 --seq 128 --layers 2 --width 100 "
-                                "--heads 3 --tokens 10"}) {
+                                "--heads 3 --tokens 10",
+                                // Each valid alone, beyond a double together: refused, not printed as inf or nan.
+                                "--link alpha=1e308s,bw=1GB/s", "--eta 1e-320",
+                                "--params 1.5 --layers 2 --width 64 --seq 32 --tokens 10", "--model llama-7b --tokens 0"}) {
     const ProcessResult run = run_dpmodel(arguments);
     EXPECT_EQ(run.exit_code, 2) << arguments << "\n" << run.output;
     EXPECT_EQ(run.output.rfind("dpmodel: ", 0), 0u) << arguments << "\n" << run.output;

@@ -88,9 +88,13 @@ TEST(Link, RefusesBadSpecsNamingTheBadText) {
   expect_refused("nvlink-a100", "nvlink-h100, ib-400g, wan-100g");
 }
 
-TEST(Link, DescribesInMicrosecondsAndGigabytes) {
+TEST(Link, DescribesInTheLargestUnitAtLeastOne) {
   EXPECT_EQ(describe(Link{5e-6, 450e9}), "α = 5 µs, B = 450 GB/s");
   EXPECT_EQ(describe(Link{10e-6, 12.5e9}), "α = 10 µs, B = 12.5 GB/s");
+  EXPECT_EQ(describe(Link{2, 1e6}), "α = 2 s, B = 1 MB/s");
+  EXPECT_EQ(describe(Link{1e-3, 25e6}), "α = 1 ms, B = 25 MB/s");
+  EXPECT_EQ(describe(Link{7e-10, 500}), "α = 0.7 ns, B = 500 B/s");
+  EXPECT_EQ(describe(Link{0, 1e30}), "α = 0, B = 1e+21 GB/s");
 }
 
 }  // namespace

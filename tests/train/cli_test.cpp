@@ -200,6 +200,7 @@ TEST_F(DptrainProgram, ResumeEqualsAnUninterruptedRunBitwise) {
   auto second = run_command(dptrain("--steps 12 --resume " + (dir_ / "ckpt") + " --log " + (dir_ / "resumed.jsonl")));
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("resumed from"), std::string::npos);
+  EXPECT_EQ(second.output.find("changed since"), std::string::npos) << second.output;
   const auto full = testing::read_jsonl(dir_ / "full.jsonl");
   const auto resumed = testing::read_jsonl(dir_ / "resumed.jsonl");
   // resumed.jsonl = the first run's 12 steps + summary, then steps 11, 12 + summary of the resumed run.
@@ -211,6 +212,18 @@ TEST_F(DptrainProgram, ResumeEqualsAnUninterruptedRunBitwise) {
     EXPECT_EQ(again["grad_norm"].get<double>(), full[s]["grad_norm"].get<double>()) << "step " << s + 1;
   }
   for (int s = 0; s < 12; ++s) EXPECT_EQ(resumed[s]["loss"].get<double>(), full[s]["loss"].get<double>());
+}
+
+// Resuming with another --steps (or --lr, ...) is allowed, and the start-up line says what changed: the schedule
+// follows the new values, so the run is not the saved one's continuation.
+TEST_F(DptrainProgram, ResumeWithChangedSettingsSaysWhatChanged) {
+  ASSERT_EQ(run_command(dptrain("--steps 3 --save " + (dir_ / "ckpt"))).exit_code, 0);
+  const auto r = run_command(dptrain("--steps 5 --lr 0.005 --resume " + (dir_ / "ckpt")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from '" + (dir_ / "ckpt") +
+                          "' at step 3; changed since it was saved: --steps 5 (was 3), --lr 0.005 (was 0.003)"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(DptrainProgram, CheckpointOfAnotherShapeIsRefusedAndNothingIsOverwritten) {

@@ -56,4 +56,8 @@ std::vector<AgreedValue> values_every_rank_shares(const TrainOptions& options);
 // The "training" section of a checkpoint's meta.json: {key(): value} of the entries marked in_checkpoint.
 nlohmann::json checkpoint_training_section(const TrainOptions& options);
 
+// The recorded options whose value differs from a checkpoint's "training" section, as "--steps 80 (was 50)", in
+// table order; a key the section lacks (an older checkpoint) is not compared.
+std::vector<std::string> changed_since_checkpoint(const nlohmann::json& saved, const TrainOptions& options);
+
 }  // namespace dptrain

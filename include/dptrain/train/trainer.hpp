@@ -69,6 +69,7 @@ class Trainer {
   double peak_flops_ = 0;  // per rank
   std::string peak_source_;
   int first_step_ = 0;  // loop steps done before this run: the resumed checkpoint's step, or 0
+  std::vector<std::string> changed_since_checkpoint_;  // "--steps 80 (was 50)": options a resumed run changed
   OverlapChoice overlap_choice_{"on"};
   std::shared_ptr<CpuGemm> cpu_gemm_;  // what the cpu backend multiplies with; set in connect() for auto
   CpuGemmChoice cpu_gemm_choice_;      // how it was chosen; unused on cuda
