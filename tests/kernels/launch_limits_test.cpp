@@ -3,6 +3,10 @@
 // and then every launch function of kernels/ at the largest shapes the product trains — far too large to run on
 // the harness, so only the shapes are checked: gpt2-124m at Q = 1024 and micro-batch 64 (N = 65,536 rows), and a
 // GPT-2 XL-sized model (C = 1600, 25 heads, 1.56·10⁹ parameters) at micro-batch 128.
+// clang-format off
+#include "cuda_on_cpu.hpp"  // first: it defines what the kernel headers need of CUDA
+// clang-format on
+
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -15,7 +19,6 @@
 #include "../../kernels/layernorm.cuh"
 #include "../../kernels/optimizer.cuh"
 #include "../../kernels/reductions.cuh"
-#include "cuda_on_cpu.hpp"
 
 namespace dptrain {
 namespace {
