@@ -5,9 +5,11 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/mpi_world.hpp"
 #include "dptrain/train/options.hpp"
+#include "dptrain/train/stop_signal.hpp"
 #include "dptrain/train/trainer.hpp"
 
 int main(int argc, char** argv) {
+  dptrain::record_stop_signals();  // before MPI starts: a stop signal during set-up stops the run before step 1
   dptrain::MpiWorld world(argc, argv);
   std::optional<dptrain::TrainOptions> options;
   std::unique_ptr<dptrain::Trainer> trainer;

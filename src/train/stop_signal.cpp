@@ -4,8 +4,10 @@
 
 #include <omp.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <csignal>
+#include <ctime>
 #include <mutex>
 #include <thread>
 
@@ -14,8 +16,31 @@ namespace dptrain {
 namespace {
 
 volatile std::sig_atomic_t received = 0;
+volatile double first_received_at = 0;  // monotonic seconds
 
-extern "C" void record_stop_signal(int signal) { received = signal; }
+double monotonic_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  return double(now.tv_sec) + 1e-9 * double(now.tv_nsec);
+}
+
+// The first signal asks for a stop after the step. A SIGINT at least a second after it (a second Ctrl-C, not the
+// same one delivered twice, by the terminal to the process group and again by mpirun) ends the process at once,
+// without saving: the way out of a long evaluation or a step that does not end. Async-signal-safe: the handler
+// calls it as well as the waiting thread.
+void take_stop_signal(int signal) {
+  const double now = monotonic_seconds();
+  if (received == 0) {
+    first_received_at = now;
+    received = signal;
+  } else if (signal == SIGINT && now - first_received_at >= 1.0) {
+    static const char message[] = "dptrain: a second SIGINT: exiting now, without saving\n";
+    [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, message, sizeof message - 1);
+    _exit(128 + SIGINT);
+  }
+}
+
+extern "C" void record_stop_signal(int signal) { take_stop_signal(signal); }
 
 sigset_t stop_signals() {
   sigset_t set;
@@ -27,13 +52,17 @@ sigset_t stop_signals() {
 
 }  // namespace
 
-void catch_stop_signals(int compute_threads) {
+void record_stop_signals() {
   struct sigaction action {};
   action.sa_handler = record_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // a read or wait in progress carries on: the step finishes as usual
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+}
+
+void catch_stop_signals(int compute_threads) {
+  record_stop_signals();
   // A handler runs on the stack of the thread the signal interrupts. Measured: SIGINT to a 1-thread run inside
   // oneDNN's generated sgemm code corrupted the heap in 5 of 60 runs, and in none of 60 with the handler on an
   // alternate stack (that code keeps data below its stack pointer, where a signal frame lands). So no compute
@@ -48,7 +77,7 @@ void catch_stop_signals(int compute_threads) {
     std::thread([set] {  // inherits the blocked mask, as sigwait requires
       for (;;) {
         int signal = 0;
-        if (sigwait(&set, &signal) == 0) received = signal;
+        if (sigwait(&set, &signal) == 0) take_stop_signal(signal);
       }
     }).detach();
   });

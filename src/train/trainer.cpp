@@ -54,6 +54,9 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
                  ? options_.threads
                  : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world_.local_size()));
   omp_set_num_threads(threads_);
+  // From here a stop signal is a request (the set-up's probes and calibration included): run() stops before its
+  // first step if one came during set-up.
+  catch_stop_signals(threads_);
 
   data_ = std::make_unique<Dataset>(load_corpus(options_.data), options_.val_fraction, options_.model.seq,
                                     options_.model.vocab);
@@ -235,7 +238,6 @@ int Trainer::run() {
                  .peak_flops = peak_flops_,
                  .overlap = overlap_choice_.overlap_for_step(0)};
   if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
-  catch_stop_signals(threads_);
   if (first_step_ > 0)
     say(fmt::format("dptrain | resumed from '{}' at step {}{}", options_.resume, first_step_,
                     changed_since_checkpoint_.empty()
@@ -247,6 +249,15 @@ int Trainer::run() {
   timeline.record(!options_.trace.empty());
   world_.barrier();
   timeline.reset_origin();  // one origin for every rank's events
+  int setup_stop = 0;
+  engine_->run_on_comm_executor(
+      [&] { setup_stop = int(world_.max_over_ranks({double(stop_signal_received())})[0]); },
+      "the exchange of stop requests");
+  if (setup_stop != 0) {
+    complain(fmt::format("dptrain: stopped by {} during set-up, before step {}; nothing trained, nothing saved",
+                         stop_signal_name(setup_stop), first_step_ + 1));
+    return 128 + setup_stop;
+  }
 
   RunTotals totals;
   int skipped_in_a_row = 0;
@@ -296,6 +307,7 @@ int Trainer::run() {
       // The step took no update: its checkpoint holds the weights of the last finite step, so that the run can
       // be resumed (with another --lr, say) instead of repeated.
       if (!options_.save.empty()) save(step + 1);
+      finish(shape, totals, "a non-finite step");
       complain(options_.skip_nonfinite
                    ? fmt::format("{}; stopping after {} consecutive skipped steps (--max-skipped {})", skipped,
                                  skipped_in_a_row, options_.max_skipped)
@@ -321,6 +333,7 @@ int Trainer::run() {
     if (!options_.save.empty() && (save_due || (stop_signal != 0 && !last))) save(step + 1);
     transport_.collectives->log().take();  // evaluation, checks and checkpoints are not part of a step
     if (stop_signal != 0 && !last) {
+      finish(shape, totals, stop_signal_name(stop_signal));
       complain(fmt::format(
           "dptrain: stopped by {} after step {} of {}; {}", stop_signal_name(stop_signal), step + 1, options_.steps,
           options_.save.empty()
@@ -329,13 +342,19 @@ int Trainer::run() {
       return 128 + stop_signal;
     }
   }
-  shape.overlap = overlap_choice_.overlap();
-  summarise(shape, totals);
-  gather_trace();
+  finish(shape, totals, "");
   return 0;
 }
 
-void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
+// The summary (tables, the JSONL record) and the trace of the steps run, also when a signal or a non-finite step
+// ends the run early (`stopped` says which; empty at the end). Collective: every rank stops after the same step.
+void Trainer::finish(RunShape& shape, const RunTotals& totals, const std::string& stopped) {
+  shape.overlap = overlap_choice_.overlap();
+  summarise(shape, totals, stopped);
+  gather_trace();
+}
+
+void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std::string& stopped) {
   const std::vector<double> mine =
       memory_figures(engine_->memory(), peak_resident_bytes(), double(backend_->device().memory_in_use()));
   std::vector<double> largest;
@@ -360,6 +379,7 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals) {
     for (const std::string& line : report.lines) say(line);
     summary.record["op_times"] = report.rows;
   }
+  if (!stopped.empty()) summary.record["stopped_by"] = stopped;
   log_.write(summary.record);
 }
 

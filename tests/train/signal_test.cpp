@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -49,6 +50,13 @@ class Spawned {
     return {};
   }
   void signal(int number) const { ::kill(pid_, number); }
+  // Whether the process has a handler for `number` (/proc/PID/status, SigCgt): it has reached main().
+  bool catches(int number) const {
+    std::ifstream status(fmt::format("/proc/{}/status", pid_));
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (number - 1)) & 1;
+    return false;
+  }
   // `count` signals, `gap` apart: many of them land in the middle of whatever the process is doing.
   void signals(int number, int count, std::chrono::microseconds gap) const {
     for (int i = 0; i < count; ++i) {
@@ -136,13 +144,55 @@ TEST_F(StopSignal, SignalsDuringGemmsNeverCorruptTheRun) {
     }
 }
 
-TEST_F(StopSignal, WithoutSaveTheLineSaysNothingWasSaved) {
-  Spawned run(dptrain("--steps 100000"), dir_ / "nosave.out");
+// Without --save nothing is saved, and the line says so; the summary record (with what stopped the run) and the
+// trace of the steps run are written all the same.
+TEST_F(StopSignal, WithoutSaveTheLineSaysNothingWasSavedAndTheSummaryAndTraceAreWritten) {
+  Spawned run(dptrain("--steps 100000 --log " + (dir_ / "nosave.jsonl") + " --trace " + (dir_ / "nosave.json")),
+              dir_ / "nosave.out");
   ASSERT_FALSE(run.wait_for(R"(step (\d+)/100000 )", 120s).empty()) << run.output();
   run.signal(SIGTERM);
   EXPECT_EQ(run.wait_exit(60s), 128 + SIGTERM) << run.output();
-  EXPECT_TRUE(std::regex_search(run.output(), std::regex(R"(dptrain: stopped by SIGTERM after step \d+ of 100000; )"
-                                                         R"(nothing saved \(no --save\))")))
+  std::smatch match;
+  const std::string output = run.output();
+  ASSERT_TRUE(std::regex_search(output, match, std::regex(R"(dptrain: stopped by SIGTERM after step (\d+) of 100000; )"
+                                                          R"(nothing saved \(no --save\))")))
+      << output;
+  const auto records = testing::read_jsonl(dir_ / "nosave.jsonl");
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back()["event"], "summary");
+  EXPECT_EQ(records.back()["stopped_by"], "SIGTERM");
+  EXPECT_EQ(records.back()["steps"], std::stoi(match[1].str()));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "nosave.json"));
+}
+
+// A signal during set-up (here while --cpu-gemm auto times the libraries, after main() has begun) is a stop request
+// too: the run stops before its first step, with its line, instead of dying silently.
+TEST_F(StopSignal, SigtermDuringSetUpStopsBeforeTheFirstStep) {
+  Spawned run(dptrain("--steps 100000 --cpu-gemm auto --save " + (dir_ / "setup")), dir_ / "setup.out");
+  for (const auto end = std::chrono::steady_clock::now() + 30s; !run.catches(SIGTERM);) {
+    ASSERT_LT(std::chrono::steady_clock::now(), end) << "no SIGTERM handler after 30 s\n" << run.output();
+    std::this_thread::sleep_for(2ms);
+  }
+  run.signal(SIGTERM);
+  EXPECT_EQ(run.wait_exit(60s), 128 + SIGTERM) << run.output();
+  EXPECT_NE(run.output().find("dptrain: stopped by SIGTERM during set-up, before step 1; nothing trained, nothing "
+                              "saved"),
+            std::string::npos)
+      << run.output();
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "setup/latest"));
+}
+
+// The first SIGINT waits for the step (here a validation over a million windows); a second one, a second later,
+// ends the process at once without saving: the way out of a stop that would take too long.
+TEST_F(StopSignal, ASecondSigintEndsTheProcessAtOnce) {
+  Spawned run(dptrain("--steps 2 --eval-windows 1000000 --save " + (dir_ / "twice")), dir_ / "twice.out");
+  ASSERT_FALSE(run.wait_for(R"(step 1/2 )", 120s).empty()) << run.output();
+  std::this_thread::sleep_for(300ms);  // inside step 2's validation
+  run.signal(SIGINT);
+  std::this_thread::sleep_for(1200ms);
+  run.signal(SIGINT);
+  EXPECT_EQ(run.wait_exit(10s), 128 + SIGINT) << run.output();
+  EXPECT_NE(run.output().find("dptrain: a second SIGINT: exiting now, without saving"), std::string::npos)
       << run.output();
 }
 

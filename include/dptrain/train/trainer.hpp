@@ -50,8 +50,10 @@ class Trainer {
   void say(const std::string& line) const;       // rank 0 prints
   void complain(const std::string& line) const;  // rank 0 prints to stderr: why the run stops early
   std::string save(int step);                    // collective: a checkpoint of loop step `step`; its folder
-  void summarise(const RunShape& run, const RunTotals& totals);  // collective (memory maximum over ranks)
-  void gather_trace();                                           // collective when --trace
+  void finish(RunShape& shape, const RunTotals& totals, const std::string& stopped);  // summary and trace
+  // Collective (memory maximum over ranks); `stopped`: what ended the run early ("SIGTERM"), or empty.
+  void summarise(const RunShape& run, const RunTotals& totals, const std::string& stopped);
+  void gather_trace();  // collective when --trace
 
   TrainOptions options_;
   const MpiWorld& world_;
