@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Exports a dptrain checkpoint as a Hugging Face GPT-2 model folder.
 
-  scripts/export_hf.py CKPT OUT
+  scripts/export_hf.py [--overwrite] CKPT OUT
 
 CKPT is a checkpoint directory (its `latest` file names the step folder) or one step folder (step-000150/).
 OUT receives what `transformers.GPT2LMHeadModel.from_pretrained(OUT)` loads as it is:
@@ -14,44 +14,156 @@ OUT receives what `transformers.GPT2LMHeadModel.from_pretrained(OUT)` loads as i
                       tied to transformer.wte.weight and not stored.
 
 The BF16 weights become fp32 (exact: every BF16 value is an fp32 value), since numpy, which writes the file here,
-has no bfloat16 type; the model therefore loads in fp32 by default. Needs numpy and safetensors only (no torch).
+has no bfloat16 type; the model therefore loads in fp32 by default. Needs numpy, safetensors and xxhash (no torch).
+
+Checked before anything is written: meta.json is dptrain's (format, model shape), model.safetensors has the XXH64
+checksum meta.json records for it (as `dptrain --resume` checks; a checkpoint from before checksums were recorded
+is exported unchecked, with a note) and holds exactly the model's tensors.
+
+OUT is a new folder or an empty one. A folder that holds anything else is refused unless --overwrite is given;
+then its config.json and model.safetensors are replaced and every other file in it is kept (tokenizer files, a
+README). OUT is refused even with --overwrite when it is the checkpoint, lies inside it or holds it, or holds a
+dptrain checkpoint (a meta.json of dptrain's format, or a `latest` file). The export is written into OUT.tmp-PID
+beside OUT and moved into place when complete, so a failure leaves no half-written OUT.
+
+Bad input prints one line `export_hf: ...` and exits with 2; a failure to write OUT exits with 1.
 """
 import argparse
 import json
 import os
+import re
+import shutil
 import sys
 
-import numpy as np
-from safetensors import deserialize
-from safetensors.numpy import save_file
+try:
+    import numpy as np
+    import xxhash
+    from safetensors import SafetensorError, deserialize
+    from safetensors.numpy import save_file
+except ImportError as e:
+    sys.exit(f"export_hf: {e}: needs the Python packages numpy, safetensors and xxhash (scripts/python-env.sh "
+             f"installs them into build/python; run this with build/python/bin/python)")
 
+FORMAT = "dptrain-checkpoint-1"  # kCheckpointFormat, include/dptrain/train/checkpoint_meta.hpp
+MODEL_KEYS = ("vocab", "seq", "layers", "width", "heads")
+EXPORT_FILES = ("config.json", "model.safetensors")
 # dptrain's matrices in nn.Linear's [out, in] order; GPT-2's Conv1D stores [in, out].
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
-def fail(message):
-    sys.exit(f"export_hf: {message}")
+def fail(message, code=2):
+    print(f"export_hf: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def shown(value):
+    """A value as a message shows it: its JSON text, shortened."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def reason(error):
+    return error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        fail(f"cannot read '{path}': {reason(e)} (a dptrain checkpoint step folder holds meta.json and "
+             f"model.safetensors)")
 
 
 def step_folder(ckpt):
+    if not os.path.isdir(ckpt):
+        fail(f"CKPT '{ckpt}' is not a folder (expected a checkpoint directory, dptrain --save DIR, or one of its "
+             f"step folders)")
     if os.path.isfile(os.path.join(ckpt, "meta.json")):
         return ckpt
     latest = os.path.join(ckpt, "latest")
     if not os.path.isfile(latest):
         fail(f"'{ckpt}' is neither a checkpoint step folder (no meta.json) nor a checkpoint directory (no 'latest')")
-    with open(latest) as f:
-        folder = os.path.join(ckpt, f.read().strip())
+    folder = os.path.join(ckpt, read_bytes(latest).decode(errors="replace").strip())
     if not os.path.isfile(os.path.join(folder, "meta.json")):
         fail(f"'{latest}' names '{folder}', which has no meta.json")
     return folder
 
 
-def read_weights(path):
-    """name → fp32 array, through the safetensors package's own parser (BF16 widened exactly, F32 as is)."""
-    with open(path, "rb") as f:
-        tensors = deserialize(f.read())
+def read_meta(folder):
+    """meta.json's object, with a complete model shape; refused in one line otherwise."""
+    path = os.path.join(folder, "meta.json")
+    try:
+        meta = json.loads(read_bytes(path))
+    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+        fail(f"{path}: not valid JSON ({e}); expected the JSON object dptrain writes")
+    if not isinstance(meta, dict):
+        fail(f"{path}: the document is {shown(meta)}, expected the JSON object dptrain writes")
+    if meta.get("format") != FORMAT:
+        fail(f"{path}: 'format' is {shown(meta.get('format'))}, expected \"{FORMAT}\" (not a dptrain checkpoint)")
+    model = meta.get("model")
+    if not isinstance(model, dict):
+        fail(f"{path}: 'model' is {shown(model)}, expected an object with {', '.join(MODEL_KEYS)}")
+    for key in MODEL_KEYS:
+        if type(model.get(key)) is not int or model[key] < 1:
+            fail(f"{path}: 'model.{key}' is {shown(model.get(key))}, expected a positive integer")
+    if model["width"] % model["heads"]:
+        fail(f"{path}: 'model.heads' {model['heads']} does not divide 'model.width' {model['width']}")
+    return meta
+
+
+def recorded_checksum(meta, folder):
+    """model.safetensors' XXH64 as meta.json records it; None in a checkpoint from before checksums."""
+    if "checksums" not in meta:
+        return None
+    checksums = meta["checksums"]
+    if not isinstance(checksums, dict):
+        fail(f"{folder}/meta.json: 'checksums' is {shown(checksums)}, expected an object of file name to \"xxh64:...\"")
+    text = checksums.get("model.safetensors")
+    if not isinstance(text, str) or not re.fullmatch("xxh64:[0-9a-f]{16}", text):
+        fail(f"{folder}/meta.json: 'checksums.model.safetensors' is {shown(text)}, expected \"xxh64:\" and 16 hex "
+             f"digits")
+    return int(text[len("xxh64:"):], 16)
+
+
+def expected_shapes(model):
+    """Every tensor of dptrain's model.safetensors and its shape ([out, in] for matrices)."""
+    H, V, Q = model["width"], model["vocab"], model["seq"]
+    shapes = {"wte.weight": (V, H), "wpe.weight": (Q, H), "ln_f.weight": (H,), "ln_f.bias": (H,)}
+    block = {"ln_1.weight": (H,), "ln_1.bias": (H,), "attn.c_attn.weight": (3 * H, H), "attn.c_attn.bias": (3 * H,),
+             "attn.c_proj.weight": (H, H), "attn.c_proj.bias": (H,), "ln_2.weight": (H,), "ln_2.bias": (H,),
+             "mlp.c_fc.weight": (4 * H, H), "mlp.c_fc.bias": (4 * H,), "mlp.c_proj.weight": (H, 4 * H),
+             "mlp.c_proj.bias": (H,)}
+    for layer in range(model["layers"]):
+        shapes.update({f"h.{layer}.{name}": shape for name, shape in block.items()})
+    return shapes
+
+
+def read_weights(path, checksum, model):
+    """name → fp32 array, checked against the checksum and the model's shapes, through the safetensors package's
+    own parser (BF16 widened exactly, F32 as is)."""
+    data = read_bytes(path)
+    actual = xxhash.xxh64(data).intdigest()
+    if checksum is not None and actual != checksum:
+        fail(f"checkpoint file '{path}' is damaged: xxh64 {actual:016x}, expected {checksum:016x} (recorded in "
+             f"meta.json when it was written)")
+    try:
+        tensors = deserialize(data)
+    except SafetensorError as e:
+        fail(f"'{path}' is not a safetensors file ({e})")
+    # The count first: a meta.json claiming millions of layers is refused before their names are listed.
+    if len(tensors) != 4 + 12 * model["layers"]:
+        fail(f"{path} holds {len(tensors)} tensors; meta.json's model ({model['layers']} layers) has "
+             f"{4 + 12 * model['layers']}")
+    shapes = expected_shapes(model)
     weights = {}
     for name, info in tensors:
+        if name not in shapes:
+            fail(f"{path}: tensor '{name}' is not one of meta.json's model ({model['layers']} layers)")
+        if tuple(info["shape"]) != shapes[name]:
+            shape = ", ".join(f"{key} {model[key]}" for key in MODEL_KEYS)
+            fail(f"{path}: tensor '{name}' has shape {info['shape']}; meta.json's model ({shape}) needs "
+                 f"{list(shapes[name])}")
         raw = info["data"]
         if info["dtype"] == "BF16":
             array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
@@ -61,6 +173,64 @@ def read_weights(path):
             fail(f"{path}: tensor '{name}' has dtype {info['dtype']}; BF16 or F32 expected")
         weights[name] = array.reshape(info["shape"])
     return weights
+
+
+def check_out(out, ckpt, folder, overwrite):
+    """Refuses an OUT that would overwrite a checkpoint or, without --overwrite, anything else already there."""
+    real = os.path.realpath(out)
+    for held in (folder, ckpt):
+        checkpoint = os.path.realpath(held)
+        common = os.path.commonpath([real, checkpoint])
+        if common in (real, checkpoint):
+            relation = "is" if real == checkpoint else "holds" if common == real else "lies inside"
+            fail(f"OUT '{out}' {relation} the checkpoint '{held}'; export to a folder outside it")
+    if not os.path.isdir(out):
+        if os.path.lexists(out):
+            fail(f"OUT '{out}' exists and is not a folder (expected a new folder or an empty one)")
+        return
+    try:
+        entries = sorted(os.listdir(out))
+    except OSError as e:
+        fail(f"cannot list OUT '{out}': {reason(e)}")
+    meta = os.path.join(out, "meta.json")
+    if "latest" in entries or (os.path.isfile(meta) and f'"{FORMAT}"'.encode() in read_bytes(meta)):
+        fail(f"OUT '{out}' holds a dptrain checkpoint ({'latest' if 'latest' in entries else 'meta.json'}); "
+             f"export to another folder")
+    if entries and not overwrite:
+        listed = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        fail(f"OUT '{out}' is not empty ({listed}); give --overwrite to replace its config.json and "
+             f"model.safetensors (other files are kept), or choose a new folder")
+    for name in EXPORT_FILES:
+        path = os.path.join(out, name)
+        if os.path.lexists(path) and not os.path.isfile(path):
+            fail(f"OUT '{out}': '{name}' is not a file, so --overwrite cannot replace it")
+
+
+def write_export(out, tensors, config):
+    """Writes both files into OUT.tmp-PID, then moves the folder to OUT (new or empty) or, into a folder with other
+    files (--overwrite), each file over its old copy."""
+    out = os.path.abspath(out)
+    temporary = f"{out}.tmp-{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        os.mkdir(temporary)
+    except OSError as e:
+        fail(f"cannot create '{temporary}': {reason(e)}", 1)
+    try:
+        # from_pretrained refuses a safetensors file whose metadata does not name its framework.
+        save_file(tensors, os.path.join(temporary, "model.safetensors"), metadata={"format": "pt"})
+        with open(os.path.join(temporary, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+            f.write("\n")
+        if os.path.isdir(out) and os.listdir(out):
+            for name in EXPORT_FILES:
+                os.replace(os.path.join(temporary, name), os.path.join(out, name))
+        else:
+            os.replace(temporary, out)  # a new folder, or over an empty one
+    except (OSError, SafetensorError) as e:
+        fail(f"cannot write '{out}': {reason(e)}", 1)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def hf_config(model):
@@ -89,52 +259,47 @@ def hf_config(model):
     }
 
 
-def export(ckpt, out):
+def export(ckpt, out, overwrite):
     folder = step_folder(ckpt)
-    with open(os.path.join(folder, "meta.json")) as f:
-        meta = json.load(f)
-    model = meta.get("model")
-    if not isinstance(model, dict) or any(k not in model for k in ("vocab", "seq", "layers", "width", "heads")):
-        fail(f"{folder}/meta.json has no complete 'model' section (vocab, seq, layers, width, heads)")
-    weights = read_weights(os.path.join(folder, "model.safetensors"))
-
-    expected = ["wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"]
-    for layer in range(model["layers"]):
-        expected += [f"h.{layer}.{part}" for part in (
-            "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-            "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-            "mlp.c_proj.bias")]
-    missing, unexpected = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-    if missing or unexpected:
-        fail(f"{folder}/model.safetensors does not match meta.json's model: missing {missing}, unexpected {unexpected}")
-    H, V, Q = model["width"], model["vocab"], model["seq"]
-    if weights["wte.weight"].shape != (V, H) or weights["wpe.weight"].shape != (Q, H):
-        fail(f"{folder}/model.safetensors: wte {list(weights['wte.weight'].shape)}, wpe "
-             f"{list(weights['wpe.weight'].shape)}; meta.json says vocab {V}, seq {Q}, width {H}")
+    meta = read_meta(folder)
+    model = meta["model"]
+    check_out(out, ckpt, folder, overwrite)
+    checksum = recorded_checksum(meta, folder)
+    if checksum is None:
+        print(f"export_hf: note: {folder}/meta.json records no checksums (written before dptrain recorded them); "
+              f"model.safetensors is exported unchecked", file=sys.stderr)
+    weights = read_weights(os.path.join(folder, "model.safetensors"), checksum, model)
 
     tensors = {}
-    for name in expected:
-        value = weights[name]
+    for name, value in weights.items():
         if name.endswith(CONV1D):
             value = value.T  # [out, in] → [in, out]
         tensors["transformer." + name] = np.ascontiguousarray(value, dtype=np.float32)
-
-    os.makedirs(out, exist_ok=True)
-    # from_pretrained refuses a safetensors file whose metadata does not name its framework.
-    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(hf_config(model), f, indent=2)
-        f.write("\n")
+    write_export(out, tensors, hf_config(model))
     print(f"export_hf: {folder} (step {meta.get('step', '?')}) → {out}: GPT-2 with {model['layers']} layers, "
-          f"{model['heads']} heads, width {H}, {Q} positions, vocabulary {V}, {len(tensors)} fp32 tensors")
+          f"{model['heads']} heads, width {model['width']}, {model['seq']} positions, vocabulary {model['vocab']}, "
+          f"{len(tensors)} fp32 tensors")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        fail(f"{message} (usage: {self.format_usage().removeprefix('usage: ').strip()})")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("ckpt", metavar="CKPT", help="checkpoint directory (dptrain --save DIR) or a step folder")
     parser.add_argument("out", metavar="OUT", help="output folder for config.json and model.safetensors")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into a folder that holds other files: its config.json and model.safetensors "
+                             "are replaced, the rest kept")
     args = parser.parse_args()
-    export(args.ckpt, args.out)
+    if not args.out:
+        parser.error("OUT is empty; expected the path of the folder to write")
+    try:
+        export(args.ckpt, args.out, args.overwrite)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
 
 
 if __name__ == "__main__":

@@ -4,16 +4,19 @@
 # As on a cluster, the launcher's control traffic has a network of its own (a second bridge, never shaped), so a
 # data link taken down (`ip -n HOST link set eth0 down`) leaves mpirun able to end the job.
 #
-#   scripts/hosts.sh up N [--rate RATE]     # RATE in tc's units: 400mbit, 1gbit, ...
+#   scripts/hosts.sh up N [--rate RATE]     # RATE: a number and one of tc's units bit, kbit, mbit, gbit, tbit,
+#                                           # bps, kbps, mbps, gbps, tbps (bytes), any case: 400mbit, 1gbit, ...
 #   scripts/hosts.sh mpirun [-np K] [mpirun options] -- PROGRAM ARGS   # one rank on each of the first K hosts
 #   scripts/hosts.sh down                   # removes everything `up` made (also after a failed run)
-#   scripts/hosts.sh status
+#   scripts/hosts.sh status                 # the set's namespaces and link, or that it has none (exit 0 both)
 #
 # Host i is namespace ${DPTRAIN_HOSTS}-h<i> with eth0 = 10.213.77.<i+1>/24 (data: the ranks' messages) and
 # ctl0 = 10.213.78.<i+1>/24 (control: mpirun and its daemons); the switch is ${DPTRAIN_HOSTS}-sw.
 # DPTRAIN_HOSTS (default "dptrain") names the set, so two sets (e.g. two tests) can exist side by side: each set
-# is a separate group of namespaces, so they may reuse the same addresses. Nothing is added to the root namespace:
-# traffic can only go between the hosts of one set. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+# is a separate group of namespaces, so they may reuse the same addresses. The name is 1 to 64 letters, digits, '-'
+# or '_', starting with a letter or digit: it names the namespaces (files under /run/netns) and the folder
+# /run/dptrain-hosts/NAME that `down` removes. Nothing is added to the root namespace: traffic can only go between
+# the hosts of one set. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
@@ -26,6 +29,18 @@ SWITCH="$SET-sw"
 host_ns() { echo "$SET-h$1"; }
 host_ip() { echo "$SUBNET.$(($1 + 1))"; }
 die() { echo "hosts.sh: $*" >&2; exit 2; }
+
+[[ "$SET" =~ ^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$ ]] || die "DPTRAIN_HOSTS '$SET' is not a set name (expected 1 to" \
+  "64 letters, digits, '-' or '_', starting with a letter or digit, e.g. dptest-mine)"
+
+# Whether $1 is a rate tc takes: a number and one of tc's units (any case, as tc reads them), at least 8 bit/s
+# (tc reads less than a byte a second as no rate at all).
+is_tc_rate() {
+  [[ "${1,,}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([kmgt]?)(bit|bps)$ ]] || return 1
+  awk -v n="${BASH_REMATCH[1]}" -v prefix="${BASH_REMATCH[2]}" -v unit="${BASH_REMATCH[3]}" 'BEGIN {
+    power = prefix == "" ? 0 : index("kmgt", prefix)
+    exit !(n * 10 ^ (3 * power) * (unit == "bps" ? 8 : 1) >= 8) }'
+}
 
 # Exit 77 ("skip") with one line when namespaces cannot be made here: tests turn it into a skip (or a failure
 # under CI=true).
@@ -53,13 +68,14 @@ up() {
   shift
   while [ $# -gt 0 ]; do
     case "$1" in
-      --rate) rate="${2:-}"; shift 2 ;;
+      --rate)
+        [ $# -ge 2 ] || die "up: --rate needs a value (RATE, e.g. 400mbit or 1gbit)"
+        is_tc_rate "$2" || die "up: --rate '$2' is not a tc rate (expected a number of at least 8 bit/s and one" \
+          "of the units bit, kbit, mbit, gbit, tbit, bps, kbps, mbps, gbps, tbps, e.g. 400mbit or 1gbit)"
+        rate="$2"; shift 2 ;;
       *) die "up: unknown option '$1' (accepted: --rate RATE)" ;;
     esac
   done
-  if [ -n "$rate" ] && ! [[ "$rate" =~ ^[0-9.]+(bit|kbit|mbit|gbit)$ ]]; then
-    die "up: --rate '$rate' is not a tc rate (e.g. 400mbit, 1gbit)"
-  fi
   if ! can_make_namespaces; then
     echo "hosts.sh: cannot create network namespaces here (needs root and CAP_SYS_ADMIN)" >&2
     exit 77
@@ -116,7 +132,9 @@ run_mpi() {
   local options=() np=""
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     case "$1" in
-      -np|-n|--np) np="${2:-}"; shift 2 ;;  # the first NP hosts (default: all)
+      -np|-n|--np)  # the first NP hosts (default: all)
+        [ $# -ge 2 ] || die "mpirun: $1 needs a value (how many hosts)"
+        np="$2"; shift 2 ;;
       *) options+=("$1"); shift ;;
     esac
   done
@@ -153,7 +171,7 @@ case "${1:-}" in
   down) down ;;
   mpirun) shift; run_mpi "$@" ;;
   status)
-    ip netns list | grep -E "^$SET-" || echo "hosts.sh: no hosts of set '$SET'"
-    [ -f "$STATE/rate" ] && echo "link: $(cat "$STATE/rate")" ;;
+    ip netns list | grep -E "^$SET-(h[0-9]+|sw)( |$)" || echo "hosts.sh: no hosts of set '$SET'"
+    if [ -f "$STATE/rate" ]; then echo "link: $(cat "$STATE/rate")"; fi ;;
   *) die "usage: hosts.sh up N [--rate RATE] | mpirun [options] -- PROGRAM ARGS | down | status" ;;
 esac

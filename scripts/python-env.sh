@@ -7,8 +7,9 @@
 # The environment is made from Debian's /usr/bin/python3 (override: DPTRAIN_PYTHON) with its system site packages,
 # so Debian's python3-numpy and python3-torch are used as they are; Debian's own python is "externally managed"
 # (PEP 668), so pip installs into DIR and never into the system. Needs python3-venv (scripts/setup.sh).
-#   required: safetensors and numpy<2 (torch 1.13 is built against numpy 1). When they cannot be installed this
-#             exits 1 with the reason.
+#   required: safetensors, numpy<2 (torch 1.13 is built against numpy 1) and xxhash (scripts/export_hf.py checks
+#             the checkpoint's XXH64 checksums; Debian's python3-xxhash satisfies it). When they cannot be installed
+#             this exits 1 with the reason.
 #   optional: transformers (needs torch). When it cannot be installed, DIR/transformers-unavailable.txt says why
 #             and the export test skips with that reason; this still exits 0.
 # Idempotent: when DIR already holds the pinned versions it returns at once (no network).
@@ -18,7 +19,7 @@ dir="${1:-$DPTRAIN_BUILD/python}"
 base_python="${DPTRAIN_PYTHON:-/usr/bin/python3}"
 # transformers 4.46.3: recent releases need torch >= 2; 4.46.3 loads GPT2LMHeadModel on Debian's torch 1.13
 # (verified by tests/train/hf_test.cpp). safetensors 0.6.2 satisfies it (>= 0.4.1).
-required=("safetensors==0.6.2" "numpy<2")
+required=("safetensors==0.6.2" "numpy<2" "xxhash")
 optional=("transformers==4.46.3")
 python="$dir/bin/python"
 unavailable="$dir/transformers-unavailable.txt"

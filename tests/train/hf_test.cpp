@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "dptrain/compute/backend.hpp"
@@ -75,9 +76,38 @@ class HuggingFaceInterop : public testing::TinyRunTest {
     }
   }
 
+  // scripts/export_hf.py with `args`: its exit code and output.
+  testing::CommandResult export_hf(const std::string& args) const {
+    return run_command(fmt::format("{} {}/scripts/export_hf.py {}", python(), testing::source_dir(), args));
+  }
+
+  // A refusal: exit 2 and one line `export_hf: ...` that holds `expected` (never a traceback).
+  static void expect_refused(const testing::CommandResult& r, const std::string& expected) {
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(r.output.starts_with("export_hf: ")) << r.output;
+    EXPECT_EQ(testing::occurrences(r.output, "\n"), 1) << "not one line:\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << "expected '" << expected << "' in: " << r.output;
+  }
+
+  // A copy of the step folder, to damage.
+  fs::path copy_of_step(const std::string& name) const {
+    const fs::path copy = fs::path(dir_.path) / name;
+    fs::copy(step_, copy, fs::copy_options::recursive);
+    return copy;
+  }
+
   fs::path step_;
   ModelConfig config_;
 };
+
+// Every file under `root` (relative name → bytes; folders as "<folder>").
+std::map<std::string, std::string> tree_bytes(const fs::path& root) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(root))
+    files[fs::relative(entry.path(), root).string()] =
+        entry.is_regular_file() ? testing::file_bytes(entry.path().string()) : "<folder>";
+  return files;
+}
 
 // Every tensor as the safetensors package reads it — its Rust parser (safe_open for names, dtypes and shapes,
 // deserialize for the bytes) and, where torch imports, safetensors.torch.load_file, the call the README names —
@@ -206,6 +236,106 @@ TEST_F(HuggingFaceInterop, ExportLoadsInTransformersWithDptrainsLoss) {
   EXPECT_TRUE(std::isfinite(ours));
   EXPECT_GT(ours, 1.0);  // a few steps from ln(256) = 5.5, not a degenerate model
   EXPECT_LE(relative, 1e-5) << "dptrain " << ours << ", transformers " << theirs;
+}
+
+// An OUT that is the checkpoint, lies inside it, holds it, or holds another dptrain checkpoint is refused, with
+// --overwrite too, before anything is written: the checkpoint stays byte for byte as dptrain wrote it.
+TEST_F(HuggingFaceInterop, ExportRefusesAnOutThatWouldOverwriteACheckpoint) {
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const std::string ckpt = dir_ / "ckpt", step = step_.string();
+  const std::string other = copy_of_step("other").string();  // a checkpoint not being exported
+  const auto before = tree_bytes(ckpt);
+  const struct {
+    std::string args, expected;
+  } cases[] = {
+      {ckpt + " " + step, "is the checkpoint"},
+      {step + " " + step, "is the checkpoint"},
+      {"--overwrite " + ckpt + " " + step, "is the checkpoint"},
+      {ckpt + " " + ckpt, "holds the checkpoint"},
+      {"--overwrite " + ckpt + " " + dir_.path.string(), "holds the checkpoint"},
+      {ckpt + " " + step + "/hf", "lies inside the checkpoint"},
+      {ckpt + " " + ckpt + "/hf", "lies inside the checkpoint"},
+      {"--overwrite " + ckpt + " " + other, "holds a dptrain checkpoint (meta.json)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    expect_refused(export_hf(c.args), c.expected);
+  }
+  EXPECT_TRUE(tree_bytes(ckpt) == before) << "the checkpoint changed";
+  EXPECT_FALSE(fs::exists(step_ / "hf"));
+  EXPECT_FALSE(fs::exists(fs::path(ckpt) / "hf"));
+}
+
+// A checkpoint whose model.safetensors differs from the XXH64 that meta.json records (one byte flipped) is refused
+// naming the file, and no OUT is made.
+TEST_F(HuggingFaceInterop, ExportRefusesADamagedCheckpointNamingTheFile) {
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const fs::path damaged = copy_of_step("damaged");
+  const std::string model = (damaged / "model.safetensors").string();
+  std::string bytes = testing::file_bytes(model);
+  bytes[bytes.size() - 1] ^= 1;  // in the last tensor's data: the file still parses
+  testing::write_text(model, bytes);
+  const std::string out = dir_ / "hf";
+  expect_refused(export_hf(damaged.string() + " " + out),
+                 fmt::format("checkpoint file '{}' is damaged: xxh64 ", model));
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// A malformed meta.json, a missing model.safetensors or an OUT that is a file: one line and exit 2, no OUT.
+TEST_F(HuggingFaceInterop, ExportRefusesBadInputInOneLine) {
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const std::string model = fmt::format(R"("model": {{"vocab": {}, "seq": {}, "layers": {}, "width": {}, "heads": {}}})",
+                                        config_.vocab, config_.seq, config_.layers, config_.width, config_.heads);
+  const struct {
+    std::string meta, expected;
+  } metas[] = {
+      {"{not json", "meta.json: not valid JSON"},
+      {"[1, 2]", "meta.json: the document is [1, 2], expected the JSON object dptrain writes"},
+      {R"({"format": "other"})", R"('format' is "other", expected "dptrain-checkpoint-1")"},
+      {R"({"format": "dptrain-checkpoint-1"})", "'model' is null"},
+      {R"({"format": "dptrain-checkpoint-1", "model": {"vocab": 256, "seq": 16, "layers": "2", "width": 32, )"
+       R"("heads": 2}})",
+       R"('model.layers' is "2", expected a positive integer)"},
+      {R"({"format": "dptrain-checkpoint-1", )" + model + R"(, "checksums": {"model.safetensors": "xxh64:12"}})",
+       R"('checksums.model.safetensors' is "xxh64:12", expected "xxh64:" and 16 hex digits)"},
+  };
+  const std::string out = dir_ / "hf";
+  for (std::size_t i = 0; i < std::size(metas); ++i) {
+    SCOPED_TRACE(metas[i].meta);
+    const fs::path bad = copy_of_step(fmt::format("meta-{}", i));
+    testing::write_text((bad / "meta.json").string(), metas[i].meta);
+    expect_refused(export_hf(bad.string() + " " + out), metas[i].expected);
+  }
+  const fs::path no_model = copy_of_step("no-model");
+  fs::remove(no_model / "model.safetensors");
+  expect_refused(export_hf(no_model.string() + " " + out),
+                 fmt::format("cannot read '{}': No such file or directory", (no_model / "model.safetensors").string()));
+  EXPECT_FALSE(fs::exists(out));
+
+  testing::write_text(out, "a file");
+  expect_refused(export_hf((dir_ / "ckpt") + " " + out), "exists and is not a folder");
+  EXPECT_EQ(testing::file_bytes(out), "a file");
+}
+
+// OUT may be new or empty; a folder holding anything (an earlier export too) needs --overwrite, which replaces
+// config.json and model.safetensors and keeps every other file.
+TEST_F(HuggingFaceInterop, ExportIntoAFolderWithFilesNeedsOverwriteAndKeepsThem) {
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const std::string ckpt = dir_ / "ckpt", out = dir_ / "hf";
+  fs::create_directory(out);
+  const auto first = export_hf(ckpt + " " + out);  // empty: written
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string exported = testing::file_bytes(out + "/model.safetensors");
+  testing::write_text(out + "/tokenizer.json", "{}");
+  expect_refused(export_hf(ckpt + " " + out), "is not empty (config.json, model.safetensors, tokenizer.json)");
+  testing::write_text(out + "/model.safetensors", "stale");
+  const auto again = export_hf("--overwrite " + ckpt + " " + out);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(testing::file_bytes(out + "/model.safetensors") == exported);
+  EXPECT_EQ(testing::file_bytes(out + "/tokenizer.json"), "{}");
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_.path)) names.insert(entry.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"ckpt", "corpus.txt", "hf"})) << "a temporary folder was left";
 }
 
 }  // namespace
