@@ -24,6 +24,7 @@ namespace {
 
 const std::regex kStepFolder(R"(step-(\d+)(?:-(\d+))?)");
 const std::regex kStaleTemporary(R"(\.step-\d+\.tmp)");
+const std::regex kStaleLatest(R"(latest\.tmp\.\d+)");  // write_file_atomically's temporary of `latest`
 
 // (step, k) of a step folder name; k is 1 for the plain name.
 std::pair<unsigned long long, unsigned long long> step_key(const std::string& name) {
@@ -118,7 +119,9 @@ std::vector<std::string> remove_stale_temporaries(const std::string& root) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || !std::regex_match(name, kStaleTemporary)) continue;
+    const bool stale = entry.is_directory() ? std::regex_match(name, kStaleTemporary)
+                                            : entry.is_regular_file() && std::regex_match(name, kStaleLatest);
+    if (!stale) continue;
     fs::remove_all(entry.path(), ec);
     require(!ec, "cannot remove the stale temporary checkpoint '{}': {}", entry.path().string(), ec.message());
     removed.push_back(name);
@@ -186,7 +189,8 @@ void require_save_writable(const TrainOptions& options, int rank) {
   fs::remove(probe, ec);
 }
 
-void prepare_save_directory(const TrainOptions& options, std::size_t parameters, std::size_t tensors) {
+void prepare_save_directory(const TrainOptions& options, std::size_t parameters, std::size_t tensors,
+                            SaveLock& lock) {
   const fs::path root = fs::absolute(options.save);
   require_save_writable(options, 0);
   // Checkpoints of another run are not replaced silently; resuming from this very directory continues it.
@@ -200,7 +204,10 @@ void prepare_save_directory(const TrainOptions& options, std::size_t parameters,
          "continue from them, or another --save directory",
          options.save, latest, options.save);
   }
-  if (fs::is_directory(root)) remove_stale_temporaries(root.string());
+  if (fs::is_directory(root)) {
+    lock.acquire(root.string(), false);  // before anything of a run that may still be writing here is removed
+    remove_stale_temporaries(root.string());
+  }
   require_free_space(nearest_existing(root).string(), checkpoint_bytes(parameters, tensors));
 }
 

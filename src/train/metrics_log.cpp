@@ -1,12 +1,17 @@
 // JSONL writer, and the check that its file can be written made before anything is written to it.
 #include "dptrain/train/metrics_log.hpp"
 
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "dptrain/core/error.hpp"
 
 namespace dptrain {
 
 MetricsLog::MetricsLog(const std::string& path, bool append)
-    : out_(path, append ? std::ios::app : std::ios::trunc) {
+    : out_(path, append ? std::ios::app : std::ios::trunc), path_(path) {
   require(out_.is_open(), "--log: cannot open '{}' for writing", path);
 }
 
@@ -16,10 +21,14 @@ void require_log_writable(const std::string& path) {
   require(probe.is_open(), "--log: cannot open '{}' for writing", path);
 }
 
-void MetricsLog::write(const nlohmann::json& record) {
-  if (!out_.is_open()) return;
+std::string MetricsLog::write(const nlohmann::json& record) {
+  if (!out_.is_open() || failed_) return {};
+  errno = 0;
   out_ << record.dump() << '\n';
   out_.flush();
+  if (out_.good()) return {};
+  failed_ = true;
+  return fmt::format("--log: cannot write '{}': {}", path_, errno != 0 ? std::strerror(errno) : "write failed");
 }
 
 }  // namespace dptrain

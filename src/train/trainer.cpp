@@ -90,7 +90,7 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   }
   // Before step 1: an unwritable, full or already used --save must not surface at the first save.
   if (!options_.save.empty() && world_.rank() == 0)
-    prepare_save_directory(options_, engine_->layout().total(), engine_->layout().entries().size() + 3);
+    prepare_save_directory(options_, engine_->layout().total(), engine_->layout().entries().size() + 3, save_lock_);
   else if (!options_.save.empty())
     require_save_writable(options_, world_.rank());
   if (!options_.link.empty()) link_ = link_from_spec(options_.link);
@@ -174,6 +174,8 @@ std::string Trainer::save(int step) {
            }},
       !saved_once_);
   saved_once_ = true;
+  // A directory the first save created: locked from now on (another run that created it too is refused here).
+  if (world_.rank() == 0) save_lock_.acquire(options_.save);
   if (!options_.quiet) say(fmt::format("dptrain | saved checkpoint {}", where));
   return where;
 }
@@ -324,7 +326,7 @@ int Trainer::run() {
     if (result.finite) {
       const StepReport report = step_report(shape, step + 1, lr, seconds, result, comm, val_loss);
       if (!options_.quiet) say(report.line);
-      log_.write(report.record);
+      write_log(report.record);
     } else {
       say(skipped + "; step skipped" + (val_loss ? fmt::format(" | val {:.4f}", *val_loss) : std::string()));
     }
@@ -342,16 +344,26 @@ int Trainer::run() {
       return 128 + stop_signal;
     }
   }
-  finish(shape, totals, "");
-  return 0;
+  // A log that could not be written (a full disk) did not stop the training; it makes the exit code 2.
+  return finish(shape, totals, "") ? kExitBadInput : 0;
+}
+
+void Trainer::write_log(const nlohmann::json& record) {
+  if (const std::string error = log_.write(record); !error.empty())
+    complain(fmt::format("dptrain: {}; the run goes on without its log and will exit with 2", error));
 }
 
 // The summary (tables, the JSONL record) and the trace of the steps run, also when a signal or a non-finite step
 // ends the run early (`stopped` says which; empty at the end). Collective: every rank stops after the same step.
-void Trainer::finish(RunShape& shape, const RunTotals& totals, const std::string& stopped) {
+// Returns whether rank 0's --log failed, on every rank.
+bool Trainer::finish(RunShape& shape, const RunTotals& totals, const std::string& stopped) {
   shape.overlap = overlap_choice_.overlap();
   summarise(shape, totals, stopped);
   gather_trace();
+  bool log_failed = false;
+  engine_->run_on_comm_executor([&] { log_failed = world_.max_over_ranks({double(log_.failed())})[0] > 0; },
+                                "the exchange of the log's state");
+  return log_failed;
 }
 
 void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std::string& stopped) {
@@ -380,7 +392,7 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std:
     summary.record["op_times"] = report.rows;
   }
   if (!stopped.empty()) summary.record["stopped_by"] = stopped;
-  log_.write(summary.record);
+  write_log(summary.record);
 }
 
 void Trainer::gather_trace() {

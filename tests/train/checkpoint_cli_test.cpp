@@ -50,10 +50,10 @@ TEST_F(CheckpointRuns, AFreshRunDoesNotReplaceCheckpointsWithoutOverwrite) {
   EXPECT_EQ(testing::file_bytes(save + "/step-000002/model.safetensors"), before);
   // Resuming from it continues in place; --overwrite replaces the earlier run's folders once it has its own.
   EXPECT_EQ(run_command(dptrain("--steps 3 --resume " + save + " --save " + save)).exit_code, 0);
-  EXPECT_EQ(entries(save), (std::vector<std::string>{"latest", "step-000002", "step-000003"}));
+  EXPECT_EQ(entries(save), (std::vector<std::string>{".dptrain.lock", "latest", "step-000002", "step-000003"}));
   const auto replaced = run_command(dptrain("--steps 1 --seed 7 --overwrite --save " + save));
   EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
-  EXPECT_EQ(entries(save), (std::vector<std::string>{"latest", "step-000001"}));
+  EXPECT_EQ(entries(save), (std::vector<std::string>{".dptrain.lock", "latest", "step-000001"}));
   EXPECT_EQ(meta(save + "/step-000001")["training"]["seed"], 7);
 }
 
@@ -139,7 +139,7 @@ TEST_F(CheckpointRuns, KeepLastKeepsTheNewest) {
   const std::string save = dir_ / "ckpt";
   const auto r = run_command(dptrain("--steps 5 --save-every 1 --keep-last 2 --save " + save));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(entries(save), (std::vector<std::string>{"latest", "step-000004", "step-000005"}));
+  EXPECT_EQ(entries(save), (std::vector<std::string>{".dptrain.lock", "latest", "step-000004", "step-000005"}));
   EXPECT_EQ(testing::file_bytes(save + "/latest"), "step-000005\n");
 }
 

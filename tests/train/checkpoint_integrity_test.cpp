@@ -271,15 +271,16 @@ TEST(CheckpointDirectory, StaleTemporariesAndPruning) {
 TEST(CheckpointDirectory, SaveIsCheckedAtSetUp) {
   TemporaryDirectory dir("ckpt-setup");
   TrainOptions options;
+  SaveLock lock;  // this run's, taken once the directory exists
   write_text(dir / "file", "not a directory");
   options.save = dir / "file/ckpt";
-  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10); }),
+  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10, lock); }),
             fmt::format("--save: '{}' is in the path of '{}' and is not a directory (expected a directory or a path "
                         "that can be created)",
                         dir / "file", options.save));
 
   options.save = dir / "ckpt";
-  prepare_save_directory(options, 1000, 10);  // nothing created before the ranks agree on --save
+  prepare_save_directory(options, 1000, 10, lock);  // nothing created before the ranks agree on --save
   EXPECT_FALSE(fs::exists(options.save));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), {}), 1);
   fs::create_directories(dir / "ckpt/step-000005");
@@ -288,17 +289,30 @@ TEST(CheckpointDirectory, SaveIsCheckedAtSetUp) {
       "--save: '{}' already holds checkpoints (latest: step-000005); pass --overwrite to replace them, --resume {} to "
       "continue from them, or another --save directory",
       options.save, options.save);
-  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10); }), refused);
+  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10, lock); }), refused);
   options.resume = dir / "elsewhere";  // resuming from another directory does not make this one free to replace
   fs::create_directories(options.resume);
-  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10); }), refused);
+  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10, lock); }), refused);
   options.resume = dir / "ckpt/";  // the same directory, spelled differently: continues
-  prepare_save_directory(options, 1000, 10);
+  prepare_save_directory(options, 1000, 10, lock);
   options.resume.clear();
   options.overwrite = true;
   fs::create_directories(dir / "ckpt/.step-000006.tmp");
-  prepare_save_directory(options, 1000, 10);
+  write_text(dir / "ckpt/latest.tmp.4476", "step-000006\n");  // a killed run's temporary `latest`
+  write_text(dir / "ckpt/.dptrain.lock", "");                   // made by that run's first save
+  prepare_save_directory(options, 1000, 10, lock);
   EXPECT_FALSE(fs::exists(dir / "ckpt/.step-000006.tmp"));
+  EXPECT_FALSE(fs::exists(dir / "ckpt/latest.tmp.4476"));
+  EXPECT_TRUE(lock.held());
+  // Another run on the same directory (another lock, as another process would hold) is refused, and removes
+  // nothing of this one's.
+  fs::create_directories(dir / "ckpt/.step-000007.tmp");
+  SaveLock other;
+  EXPECT_EQ(refusal([&] { prepare_save_directory(options, 1000, 10, other); }),
+            fmt::format("--save: '{}' is in use by another run (it holds '{}'); wait for that run to end, or give "
+                        "another --save directory",
+                        fs::absolute(options.save).string(), (fs::absolute(options.save) / ".dptrain.lock").string()));
+  EXPECT_TRUE(fs::exists(dir / "ckpt/.step-000007.tmp"));
   EXPECT_TRUE(fs::exists(dir / "ckpt/step-000005"));  // kept until the new run has a checkpoint of its own
 
   EXPECT_EQ(checkpoint_bytes(1000, 10), 14u * 1000 + 2560 + 65536);

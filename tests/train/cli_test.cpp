@@ -72,6 +72,10 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
       {"--trace " + (dir_ / "nowhere/trace.json"), "--trace: the directory of"},
       {"--link " + (dir_ / "negative-gamma.json"), "need finite α ≥ 0, B > 0 and γ ≥ 0"},
+      {"--log " + (dir_ / "same") + " --save " + (dir_ / "same"),
+       "--log '" + (dir_ / "same") + "' and --save '" + (dir_ / "same") + "' are the same path"},
+      {"--log " + (dir_ / "run.jsonl") + " --trace " + (dir_ / "./run.jsonl"), "are the same path"},
+      {"--log " + (dir_ / "corpus.txt"), "and --data '" + (dir_ / "corpus.txt") + "' are the same path"},
   };
   for (const auto& c : cases) {
     const auto r = run_command(dptrain(c.flags));
@@ -212,6 +216,27 @@ TEST_F(DptrainProgram, ResumeEqualsAnUninterruptedRunBitwise) {
     EXPECT_EQ(again["grad_norm"].get<double>(), full[s]["grad_norm"].get<double>()) << "step " << s + 1;
   }
   for (int s = 0; s < 12; ++s) EXPECT_EQ(resumed[s]["loss"].get<double>(), full[s]["loss"].get<double>());
+}
+
+// A --log the disk stops taking (here: the file-size limit, RLIMIT_FSIZE, with SIGXFSZ ignored so that the write
+// fails with EFBIG) does not stop the training: one line says so, the run saves its checkpoint, and exits 2. The
+// log is filled close to the limit first (Open MPI's own files need a few MiB of it), then appended by a resumed run.
+TEST_F(DptrainProgram, ALogTheDiskStopsTakingIsSaidOnceAndTheRunExits2) {
+  ASSERT_EQ(run_command(dptrain("--steps 2 --save " + (dir_ / "ckpt"))).exit_code, 0);
+  constexpr std::size_t kLimitBytes = 8192 * 512;  // ulimit -f counts 512-byte blocks in sh
+  std::string filler;
+  while (filler.size() < kLimitBytes - 2048) filler += "{\"filler\":true}\n";
+  testing::write_text(dir_ / "full.jsonl", filler);
+  const auto r = run_command("trap '' XFSZ; ulimit -f 8192; exec " +
+                             dptrain("--quiet --eval-every 0 --steps 40 --resume " + (dir_ / "ckpt") + " --save " +
+                                     (dir_ / "ckpt") + " --log " + (dir_ / "full.jsonl")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(testing::occurrences(r.output, "dptrain: --log: cannot write '" + (dir_ / "full.jsonl") +
+                                               "': File too large; the run goes on without its log and will exit "
+                                               "with 2"),
+            1)
+      << r.output;
+  EXPECT_EQ(testing::file_bytes(dir_ / "ckpt/latest"), "step-000040\n");
 }
 
 // Resuming with another --steps (or --lr, ...) is allowed, and the start-up line says what changed: the schedule

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dptrain/train/options.hpp"
+#include "dptrain/train/save_lock.hpp"
 
 namespace dptrain {
 
@@ -41,7 +42,8 @@ std::vector<std::string> prune_steps(const std::string& root, int keep_last);
 // first one is in place).
 void remove_other_steps(const std::string& root, const std::string& keep);
 
-// Removes `.step-*.tmp` folders (left by a run killed while saving) inside root, and nothing else. Returns them.
+// Removes `.step-*.tmp` folders and `latest.tmp.<pid>` files (left by a run killed while saving) inside root, and
+// nothing else. Returns them. Only under the directory's lock: another run's temporaries are not stale.
 std::vector<std::string> remove_stale_temporaries(const std::string& root);
 
 // The bytes one checkpoint takes: BF16 weights (2 per parameter), fp32 master, m and v (12 per parameter), and
@@ -60,8 +62,10 @@ bool continues_in_place(const TrainOptions& options);
 void require_save_writable(const TrainOptions& options, int rank);
 
 // The set-up checks of --save on rank 0, before step 1: require_save_writable, it holds no checkpoints unless this
-// run resumes from it or --overwrite is given, and its filesystem has room for one checkpoint. Also removes stale
-// temporaries. Throws UserError.
-void prepare_save_directory(const TrainOptions& options, std::size_t parameters, std::size_t tensors);
+// run resumes from it or --overwrite is given, and its filesystem has room for one checkpoint. Where the directory
+// has a lock file, takes the lock (no other run may be using it), then removes stale temporaries. Throws
+// UserError.
+void prepare_save_directory(const TrainOptions& options, std::size_t parameters, std::size_t tensors,
+                            SaveLock& lock);
 
 }  // namespace dptrain

@@ -64,5 +64,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
 
 // Checks ranges and combinations that CLI11 cannot (world size against batch, ...).
 void validate(const TrainOptions& options, int world_size);
+// Throws UserError when two of --log, --trace, --save and --data name the same path.
+void require_distinct_paths(const TrainOptions& o);
 
 }  // namespace dptrain

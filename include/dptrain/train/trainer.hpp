@@ -17,6 +17,7 @@
 #include "dptrain/train/options.hpp"
 #include "dptrain/train/overlap_choice.hpp"
 #include "dptrain/train/run_transport.hpp"
+#include "dptrain/train/save_lock.hpp"
 #include "dptrain/train/summary_writer.hpp"
 
 namespace dptrain {
@@ -50,7 +51,8 @@ class Trainer {
   void say(const std::string& line) const;       // rank 0 prints
   void complain(const std::string& line) const;  // rank 0 prints to stderr: why the run stops early
   std::string save(int step);                    // collective: a checkpoint of loop step `step`; its folder
-  void finish(RunShape& shape, const RunTotals& totals, const std::string& stopped);  // summary and trace
+  bool finish(RunShape& shape, const RunTotals& totals, const std::string& stopped);  // summary and trace
+  void write_log(const nlohmann::json& record);  // rank 0's --log; a failure is said once, on stderr
   // Collective (memory maximum over ranks); `stopped`: what ended the run early ("SIGTERM"), or empty.
   void summarise(const RunShape& run, const RunTotals& totals, const std::string& stopped);
   void gather_trace();  // collective when --trace
@@ -70,6 +72,7 @@ class Trainer {
   LinkSource link_;
   double peak_flops_ = 0;  // per rank
   std::string peak_source_;
+  SaveLock save_lock_;  // rank 0's lock of --save DIR, once DIR exists
   int first_step_ = 0;  // loop steps done before this run: the resumed checkpoint's step, or 0
   std::vector<std::string> changed_since_checkpoint_;  // "--steps 80 (was 50)": options a resumed run changed
   OverlapChoice overlap_choice_{"on"};
