@@ -580,7 +580,23 @@ bool agreed_on_first(int rank, const std::function<std::string()>& problem) {
   return ok == 1;
 }
 
+// Whether every rank was started with rank 0's arguments (an MPMD launch may give them others): compared before
+// anything is parsed, so that every rank then parses the same text, fails alike, and none waits in a collective
+// another never enters. Collective.
+bool same_arguments_everywhere(int argc, char** argv, int rank) {
+  std::string joined;
+  for (int i = 1; i < argc; ++i) joined += std::string(argv[i]) + '\0';
+  const unsigned long long mine = std::hash<std::string>{}(joined);
+  unsigned long long lowest = 0, highest = 0;
+  MPI_Allreduce(&mine, &lowest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &highest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  if (lowest != highest && rank == 0)
+    std::fprintf(stderr, "dpbench: the ranks were started with different arguments: give every rank the same\n");
+  return lowest == highest;
+}
+
 int run(int argc, char** argv, int rank) {
+  if (!same_arguments_everywhere(argc, argv, rank)) return kExitBadInput;
   std::optional<Options> options;
   try {
     options = parse_options(argc, argv, rank == 0);

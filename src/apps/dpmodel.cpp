@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -69,7 +70,8 @@ void read_config_file(Options& options) {
     using Value = typename std::remove_reference_t<decltype(field)>::value_type;
     Value value{};
     require(item.inputs.size() == 1 && CLI::detail::lexical_cast(item.inputs[0], value),
-            "config {}: {} must be a whole number, got '{}'", *options.config_file, item.name,
+            "config {}: {} must be a whole number from 1 to {}, got '{}'", *options.config_file, item.name,
+            std::numeric_limits<Value>::max(),
             fmt::join(item.inputs, " "));
     if (!field) field = value;
   };

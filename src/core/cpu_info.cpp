@@ -8,6 +8,8 @@
 #include <ranges>
 #include <sstream>
 
+#include "dptrain/core/error.hpp"
+
 namespace dptrain {
 
 namespace {
@@ -52,6 +54,9 @@ CpuInfo parse_cpuinfo(std::string_view text) {
 CpuInfo host_cpu_info() {
   const char* path = std::getenv("DPTRAIN_CPUINFO");
   std::ifstream in(path && *path ? path : "/proc/cpuinfo");
+  // A file the user named must be there; a missing /proc/cpuinfo (not Linux) reads as a CPU without extensions.
+  require(!(path && *path) || in.is_open(),
+          "DPTRAIN_CPUINFO: cannot read '{}' (expected a file in the format of /proc/cpuinfo, or unset it)", path);
   std::ostringstream text;
   text << in.rdbuf();
   return parse_cpuinfo(text.str());

@@ -35,8 +35,18 @@ LinkSource link_from_spec(const std::string& spec) {
       fail("--link: '{}' is not a link file ({{\"alpha_s\": .., \"bandwidth_Bps\": ..}}): {}", spec, e.what());
     }
   }
-  const cost::Link link = cost::parse_link(spec);
-  return {link, fmt::format("{}: {}", spec, cost::describe(link))};
+  // Not a file: a preset or a spec. A name that looks like a file is a file that is not there.
+  const bool looks_like_a_file = spec.ends_with(".json") || spec.find('/') != std::string::npos;
+  require(!looks_like_a_file || spec.find('=') != std::string::npos,
+          "--link: no file '{}' (expected a link.json file as dpbench --fit writes, a preset such as nvlink-h100, or "
+          "alpha=5us,bw=450GB/s)",
+          spec);
+  try {
+    const cost::Link link = cost::parse_link(spec);
+    return {link, fmt::format("{}: {}", spec, cost::describe(link))};
+  } catch (const UserError& e) {
+    fail("--link: {}", e.what());
+  }
 }
 
 LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t max_bytes, double budget_seconds) {

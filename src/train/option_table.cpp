@@ -6,8 +6,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <type_traits>
 
 #include "dptrain/core/error.hpp"
@@ -48,29 +50,39 @@ void add_dtype_option(CLI::App& app, const std::string& flag, const std::string&
       ->default_str(target == DType::bf16 ? "bf16" : "fp32");
 }
 
-// Checks made on the text of every number, once here for every option of its type: a floating option must be
-// finite (inf passes range checks written as `x >= 0`, nan fails them with a confusing message), and an unsigned
-// one must not be negative (CLI11 would wrap -1 to 2^64 − 1).
+// Checks made on the text of every number, once here for every option of its type, so that a bad value gets a
+// line saying what is accepted (CLI11 alone says "Could not convert"): a floating option must be a finite number
+// (inf passes range checks written as `x >= 0`, nan fails them with a confusing message); an integer one a whole
+// number its type holds (CLI11 would clamp 2^64 to 2^64 − 1 and wrap -1 to it).
 CLI::Validator finite_number() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
-        if (end != text.c_str() && !std::isfinite(value)) return fmt::format("must be a finite number, got {}", text);
-        return {};  // a finite number, or not a number at all (the conversion reports that)
+        if (end == text.c_str() || *end != '\0') return fmt::format("expected a number, got '{}'", text);
+        if (!std::isfinite(value)) return fmt::format("must be a finite number, got {}", text);
+        return {};
       },
       "FINITE");
 }
 
-CLI::Validator not_negative() {
+template <typename T>
+CLI::Validator whole_number() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        const std::size_t first = text.find_first_not_of(" \t");
-        if (first != std::string::npos && text[first] == '-')
+        if (std::is_unsigned_v<T> && text.find_first_not_of(" \t") != std::string::npos &&
+            text[text.find_first_not_of(" \t")] == '-')
           return fmt::format("must be a non-negative integer, got {}", text);
+        T value{};
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error == std::errc::result_out_of_range)
+          return fmt::format("{} is out of range (expected a whole number from {} to {})", text,
+                             std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+        if (error != std::errc() || end != text.data() + text.size())
+          return fmt::format("expected a whole number, got '{}'", text);
         return {};
       },
-      "NON-NEGATIVE");
+      "INTEGER");
 }
 
 enum class Shown { default_value, nothing };  // whether --help shows the default after the help text
@@ -96,7 +108,7 @@ TrainOption entry(std::string flag, std::string help, Field field, Agreement agr
       CLI::Option* added = app.add_option(flag, target, help);
       if (shown == Shown::default_value) added->capture_default_str();
       if constexpr (std::is_floating_point_v<T>) added->check(finite_number());
-      if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) added->check(not_negative());
+      if constexpr (std::is_integral_v<T>) added->check(whole_number<T>());
     }
   };
   option.text = [field](const TrainOptions& options) { return value_text(field(options)); };

@@ -40,6 +40,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
     return std::nullopt;
   } catch (const CLI::ConfigError& e) {
     fail("--config: {} (keys are the long flag names, e.g. `layers = 4`)", e.what());
+  } catch (const CLI::FileError& e) {  // the file --config names
+    fail("--config: {} (expected a TOML file of flat keys, e.g. configs/small.toml)", e.what());
+  } catch (const CLI::ArgumentMismatch& e) {  // a flag without its value: "--steps: 1 required INT missing"
+    const std::string text = e.what();
+    fail("{}: expected a value after it", text.substr(0, text.find(':')));
   } catch (const CLI::ParseError& e) {
     fail("{}", e.what());
   }

@@ -70,7 +70,7 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   group.max_scalar = [this](double x) { return world_.max_over_ranks({x})[0]; };
   group.abort = [this](const std::string& message) {
     if (transport_.transport) transport_.transport->abort();  // NCCL: ncclCommAbort before the job ends
-    world_.abort(message, 1);
+    world_.abort(message, kExitCommunication);
   };
   const EngineSettings settings{.grad_dtype = options_.grad_dtype,
                                 .zero_stage = options_.zero,

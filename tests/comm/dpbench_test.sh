@@ -48,6 +48,14 @@ check_bad_input "--op: unknown operation 'reduce' (expected allreduce, reduce_sc
   --op reduce
 check_bad_input "-b 1M is larger than -e 1K" -b 1M -e 1K
 check_bad_input "-f: step factor must be an integer of at least 2, got 1" -f 1
+# Ranks started with different arguments (MPMD): refused on every rank before anything is parsed or run, rather
+# than one rank failing its parse while the other waits in a collective.
+status=0
+timeout 60 "$mpiexec" -n 1 --oversubscribe "$dpbench" --op allreduce -n 1 : -n 1 --oversubscribe "$dpbench" \
+  --op bogus -n 1 > "$out/mpmd.txt" 2>&1 || status=$?
+[[ $status == 2 ]] || { echo "FAIL MPMD: exit $status, expected 2"; cat "$out/mpmd.txt"; exit 1; }
+grep -qF "dpbench: the ranks were started with different arguments" "$out/mpmd.txt" ||
+  { echo "FAIL MPMD:"; cat "$out/mpmd.txt"; exit 1; }
 check_bad_input "--algo: unknown algorithm 'star' (expected ring, tree, native or all)" --algo star
 check_bad_input "-b 1: smaller than one bf16 element (2 bytes)" -b 1 -e 8
 check_bad_input "-e: size '17179869185G' does not fit in 64 bits" -e 17179869185G

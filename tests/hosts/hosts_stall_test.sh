@@ -37,6 +37,7 @@ elapsed=$(echo "$(date +%s.%N) - $stopped" | bc)
 echo "$CASE: job ended $elapsed s after host 1 stalled, exit $status"
 grep "did not complete" "$work/err.txt" || true
 [ "$status" != 0 ] || fail "the job exited 0"
+[ "$status" = 4 ] || fail "exit $status, expected 4 (a collective past --comm-timeout)"
 [ "$status" != 124 ] || fail "the job hung until the test's own timeout"
 grep -Eq "^dptrain: rank [01]: [a-z_]+ on unit .+ did not complete in $timeout s$|^dptrain: rank [01]: .+ did not complete in $timeout s$" \
   "$work/err.txt" || { cat "$work/err.txt"; fail "no 'dptrain: rank R: ... did not complete in $timeout s' line"; }

@@ -76,6 +76,16 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
        "--log '" + (dir_ / "same") + "' and --save '" + (dir_ / "same") + "' are the same path"},
       {"--log " + (dir_ / "run.jsonl") + " --trace " + (dir_ / "./run.jsonl"), "are the same path"},
       {"--log " + (dir_ / "corpus.txt"), "and --data '" + (dir_ / "corpus.txt") + "' are the same path"},
+      // Values CLI11 cannot convert, and flags without their value: what is accepted, not "Could not convert".
+      {"--steps abc", "--steps: expected a whole number, got 'abc'"},
+      {"--batch 3.5", "--batch: expected a whole number, got '3.5'"},
+      {"--seed 18446744073709551616",
+       "--seed: 18446744073709551616 is out of range (expected a whole number from 0 to 18446744073709551615)"},
+      {"--lr abc", "--lr: expected a number, got 'abc'"},
+      {"--steps", "--steps: expected a value after it"},
+      {"--config " + (dir_ / "missing.toml"), "--config: "},
+      {"--link " + (dir_ / "missing.json"), "--link: no file '" + (dir_ / "missing.json") + "'"},
+      {"--link nvlink", "--link: unknown link 'nvlink'"},
   };
   for (const auto& c : cases) {
     const auto r = run_command(dptrain(c.flags));
@@ -84,6 +94,12 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.flags << "\n" << r.output;
     EXPECT_EQ(r.output.rfind("dptrain: ", 0), 0u) << r.output;
   }
+  // A CPU description the user named that is not there: not read as a CPU without extensions.
+  const auto cpuinfo = run_command("env DPTRAIN_CPUINFO=" + (dir_ / "missing-cpuinfo") + " " + dptrain(""));
+  EXPECT_EQ(cpuinfo.exit_code, 2) << cpuinfo.output;
+  EXPECT_NE(cpuinfo.output.find("dptrain: DPTRAIN_CPUINFO: cannot read '" + (dir_ / "missing-cpuinfo") + "'"),
+            std::string::npos)
+      << cpuinfo.output;
   // A shard with the right magic but a truncated body.
   testing::write_text(dir_ / "trunc.bin", std::string("\x88\xd8\x34\x01\x01\0\0\0\x10\0\0\0", 12) +
                                               std::string(1012, '\0') + std::string(6, '\0'));

@@ -23,6 +23,8 @@
 namespace dptrain {
 
 inline constexpr int kExitNonFinite = 3;
+// A collective that did not complete within --comm-timeout (a stopped or dead peer, a dead link).
+inline constexpr int kExitCommunication = 4;
 
 class Trainer {
  public:
