@@ -54,9 +54,11 @@ static std::chrono::microseconds spin_before_sleep() {
   return spin;
 }
 
-// Every request of `pieces` complete, waiting as the policy says. Each MPI_Testall also progresses MPI (moves
-// the shared-memory fragments of large messages), so the sleeping wait polls often at first and backs off only
-// while nothing completes.
+// Every request of `pieces` complete, waiting as the policy says. Each MPI_Testsome also progresses MPI (moves
+// the shared-memory fragments of large messages, which needs both ends to poll), so the sleeping wait polls while
+// pieces keep completing — data is moving — and backs off only once none has completed for kSpinBeforeSleep.
+// (With MPI_Testall, which sees only the whole, a 16 MiB message moved at 0.4 GB/s instead of 6: every fragment
+// waited for a sleep.)
 void MpiTransport::wait_pieces(std::span<MPI_Request> pieces) {
   const int count = static_cast<int>(pieces.size());
   if (wait_policy_ == WaitPolicy::spin) {
@@ -64,13 +66,19 @@ void MpiTransport::wait_pieces(std::span<MPI_Request> pieces) {
     return;
   }
   using clock = std::chrono::steady_clock;
-  const clock::time_point start = clock::now();
+  clock::time_point progressed = clock::now();
   std::chrono::microseconds sleep{5};
+  completed_indices_.resize(pieces.size());
   for (;;) {
-    int done = 0;
-    check(MPI_Testall(count, pieces.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-    if (done) return;
-    if (wait_policy_ == WaitPolicy::yield || clock::now() - start < spin_before_sleep()) {
+    int completed = 0;
+    check(MPI_Testsome(count, pieces.data(), &completed, completed_indices_.data(), MPI_STATUSES_IGNORE),
+          "MPI_Testsome");
+    if (completed == MPI_UNDEFINED) return;  // every request is MPI_REQUEST_NULL: all complete
+    if (completed > 0) {
+      progressed = clock::now();
+      sleep = std::chrono::microseconds(5);
+    }
+    if (wait_policy_ == WaitPolicy::yield || clock::now() - progressed < spin_before_sleep()) {
       if (wait_policy_ == WaitPolicy::yield) sched_yield();
       continue;
     }

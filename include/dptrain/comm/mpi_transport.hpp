@@ -1,13 +1,15 @@
 // MpiTransport: Transport over MPI point-to-point (MPI_Isend/MPI_Irecv of MPI_BYTE) on a private duplicate of
 // the communicator it is given, so its traffic can never match anyone else's. Every message carries one fixed tag:
-// MPI's non-overtaking rule then gives the Transport's pair-wise posting order. Messages over INT_MAX bytes are
-// split into pieces (MPI counts are int); one Request then stands for all pieces. Schedules run on the
+// MPI's non-overtaking rule then gives the Transport's pair-wise posting order. Messages are sent in pieces of at
+// most kProgressPieceBytes (MPI counts are int, and the sleeping wait below needs to see data move); one Request
+// then stands for all pieces. Schedules run on the
 // PointToPointExecutor; the native collectives are MPI's own (mpi_native.cpp).
 //
 // Waiting: MPI_Waitall spins on the core, which on a machine with as many busy threads as cores takes the core from
 // the compute thread (the comm executor waits while backward runs). The default wait polls with MPI_Testall for up
-// to kSpinBeforeSleep (a latency-bound hop of a small unit completes within it, so small models lose nothing), then
-// sleeps between polls with a back-off bounded by kMaxSleep, so a message that arrives later is noticed within
+// to kSpinBeforeSleep after the last piece completed (a latency-bound hop of a small unit completes within it, so
+// small models lose nothing, and a large message keeps its pieces moving), then sleeps between polls with a
+// back-off bounded by kMaxSleep, so a message that arrives later is noticed within
 // kMaxSleep plus the scheduler's wake-up. DPTRAIN_MPI_WAIT=spin|yield|sleep picks the policy (spin: MPI_Waitall, as
 // before; yield: MPI_Testall and sched_yield), DPTRAIN_MPI_SPIN_US the spin budget; docs/cpu-speed.md has the
 // measurements behind the defaults.
@@ -33,9 +35,12 @@ class MpiTransport final : public Transport {
 
   // Largest piece of one message, in bytes; below INT_MAX and a multiple of 4 KiB.
   static constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
+  // The pieces a message is sent in by default: small enough that a sleeping wait sees data move (a piece
+  // completes every ~0.1–0.2 ms at shared-memory speed) and keeps polling, large enough to cost nothing.
+  static constexpr std::size_t kProgressPieceBytes = std::size_t{1} << 20;
 
   // max_piece_bytes exists so tests can exercise the splitting with small messages.
-  explicit MpiTransport(MPI_Comm comm = MPI_COMM_WORLD, std::size_t max_piece_bytes = kMaxPieceBytes);
+  explicit MpiTransport(MPI_Comm comm = MPI_COMM_WORLD, std::size_t max_piece_bytes = kProgressPieceBytes);
   ~MpiTransport() override;
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
@@ -74,6 +79,7 @@ class MpiTransport final : public Transport {
   std::vector<std::vector<MPI_Request>> slots_;
   std::vector<std::int64_t> free_slots_;
   std::vector<MPI_Request> wait_scratch_;
+  std::vector<int> completed_indices_;  // MPI_Testsome's output
   WaitPolicy wait_policy_ = WaitPolicy::sleep;
   PointToPointExecutor executor_;
 };
