@@ -3,12 +3,14 @@
 #include "dptrain/train/options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <utility>
 #include <iostream>
+#include <set>
 #include <thread>
+#include <utility>
 
 #include "dptrain/compute/cpu_gemm.hpp"
 #include "dptrain/core/error.hpp"
@@ -47,6 +49,16 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
     fail("{}: expected a value after it", text.substr(0, text.find(':')));
   } catch (const CLI::ParseError& e) {
     fail("{}", e.what());
+  }
+  // CLI11 reads one --config (the last) and lets a repeated key's last value win: both would hide a mistake.
+  const std::vector<std::string> configs = app.get_config_ptr()->results();
+  require(configs.size() <= 1, "--config is given {} times ({}): give one file (flags after it override its keys)",
+          configs.size(), fmt::join(configs, ", "));
+  if (configs.size() == 1) {
+    std::set<std::string> keys;
+    for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(configs.front()))
+      require(keys.insert(item.fullname()).second, "--config {}: key '{}' is given twice (TOML allows each key once)",
+              configs.front(), item.fullname());
   }
   return o;
 }

@@ -94,6 +94,18 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.flags << "\n" << r.output;
     EXPECT_EQ(r.output.rfind("dptrain: ", 0), 0u) << r.output;
   }
+  // A key twice in a config file, and a second --config (the fixture gives one): refused, not last-wins.
+  testing::write_text(dir_ / "twice.toml", "layers = 2\nwidth = 32\nheads = 2\nlayers = 3\n");
+  const auto twice = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / "twice.toml") + " --data " +
+                                 (dir_ / "corpus.txt"));
+  EXPECT_EQ(twice.exit_code, 2) << twice.output;
+  EXPECT_NE(twice.output.find("dptrain: --config " + (dir_ / "twice.toml") +
+                              ": key 'layers' is given twice (TOML allows each key once)"),
+            std::string::npos)
+      << twice.output;
+  const auto two_files = run_command(dptrain("--config " + (dir_ / "twice.toml")));
+  EXPECT_EQ(two_files.exit_code, 2) << two_files.output;
+  EXPECT_NE(two_files.output.find("dptrain: --config is given 2 times"), std::string::npos) << two_files.output;
   // A CPU description the user named that is not there: not read as a CPU without extensions.
   const auto cpuinfo = run_command("env DPTRAIN_CPUINFO=" + (dir_ / "missing-cpuinfo") + " " + dptrain(""));
   EXPECT_EQ(cpuinfo.exit_code, 2) << cpuinfo.output;
