@@ -244,8 +244,7 @@ int Trainer::run() {
     say(fmt::format("dptrain | resumed from '{}' at step {}{}", options_.resume, first_step_,
                     changed_since_checkpoint_.empty()
                         ? ""
-                        : fmt::format("; changed since it was saved: {} (followed from here, so this is not the saved "
-                                      "run's continuation bit for bit)",
+                        : fmt::format("; changed since it was saved: {} (the run follows the new values from here)",
                                       fmt::join(changed_since_checkpoint_, ", "))));
   Timeline& timeline = engine_->timeline();
   timeline.record(!options_.trace.empty());
