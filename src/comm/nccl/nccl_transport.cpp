@@ -44,10 +44,17 @@ NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, dou
 NcclTransport::~NcclTransport() {
   cudaSetDevice(device_);               // unchecked: a destructor must not throw
   if (comm_ != nullptr && !aborted_) {  // every operation completed before it returned; the stream may be gone
-    ncclCommFinalize(comm_);
-    ncclResult_t state = ncclInProgress;
-    while (state == ncclInProgress && ncclCommGetAsyncError(comm_, &state) == ncclSuccess) std::this_thread::yield();
-    ncclCommDestroy(comm_);
+    // Finalizing may need the peers; one that died must not keep this rank from exiting: after the deadline the
+    // communicator is aborted instead.
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::duration<double>(timeout_s_);
+    ncclResult_t state = ncclCommFinalize(comm_);
+    while (state == ncclInProgress && clock::now() < deadline && ncclCommGetAsyncError(comm_, &state) == ncclSuccess)
+      std::this_thread::yield();
+    if (state == ncclSuccess)
+      ncclCommDestroy(comm_);
+    else
+      ncclCommAbort(comm_);
   }
   for (CUevent_st* event : reduced_) cudaEventDestroy(event);
   for (CUevent_st* event : {transferred_, started_, ended_})
