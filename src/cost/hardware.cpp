@@ -38,8 +38,10 @@ std::span<const DevicePreset> device_presets() { return kDevicePresets; }
 const DevicePreset* find_device_preset(std::string_view name) { return find_by_name(kDevicePresets, name); }
 
 const DevicePreset* device_preset_for_gpu(std::string_view gpu_name) {
-  // "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB"; the PCIe H100 has another peak (756).
-  if (gpu_name.find("PCIe") != std::string_view::npos) return nullptr;
+  // "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB". The PCIe and NVL cards have other peaks
+  // (H100 PCIe 756, H100 NVL and H200 NVL about 835 TFLOP/s dense BF16): for them the peak is measured.
+  if (gpu_name.find("PCIe") != std::string_view::npos || gpu_name.find("NVL") != std::string_view::npos)
+    return nullptr;
   for (const DevicePreset& preset : kDevicePresets) {
     std::string upper(preset.name);
     for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));

@@ -19,7 +19,8 @@ struct DevicePreset {
 // h100 and h200: 989 TFLOP/s; a100: 312 TFLOP/s.
 std::span<const DevicePreset> device_presets();
 const DevicePreset* find_device_preset(std::string_view name);  // nullptr when unknown
-// The preset of a GPU by the name its driver reports ("NVIDIA H200"); nullptr for any other (an H100 PCIe too).
+// The preset of a GPU by the name its driver reports ("NVIDIA H200"); nullptr for any other (an H100 PCIe, an H100
+// or H200 NVL too).
 const DevicePreset* device_preset_for_gpu(std::string_view gpu_name);
 
 struct ModelShape {
