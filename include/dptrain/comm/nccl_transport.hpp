@@ -17,6 +17,8 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,8 +78,11 @@ class NcclTransport final : public Transport, private StepStreams {
   void finish() override;
 
   void issue_native(CollectiveOp op, void* data, std::size_t count, DType dtype);
-  // Checks an NCCL call's result; in non-blocking mode a call may still be in progress: waits for it to settle.
-  void settle(int result, const char* call);
+  // Makes one NCCL call on the communicator (unless it was aborted) and waits for it to settle: in non-blocking mode
+  // a call may still be in progress. Throws (after aborting) on an error or past the deadline.
+  void settle(const char* name, const std::function<int()>& call);
+  // Runs `call` under the communicator's lock, after checking that no other thread has aborted it.
+  int locked(std::string_view name, const std::function<int()>& call);
   // Issues the queued isend/irecv as one group.
   void flush_queued();
   // The host waits for everything issued on the stream (see the class comment for errors and the deadline).
@@ -96,6 +101,10 @@ class NcclTransport final : public Transport, private StepStreams {
 
   ncclComm* comm_ = nullptr;
   std::atomic<bool> aborted_{false};
+  // Held around every call into the communicator and by abort(): an abort from another thread (the engine's
+  // watchdog) never frees the communicator under a call in progress. In non-blocking mode NCCL's calls return at
+  // once, so it is held for microseconds.
+  std::mutex calls_;
   int device_ = 0, rank_ = 0, size_ = 1;
   double timeout_s_;
   CUstream_st* stream_;                   // transfers and native collectives (the caller's comm stream)

@@ -27,14 +27,16 @@ NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, dou
   MPI_Comm_size(comm, &size_);
   make_current();
   ncclUniqueId id{};
-  if (rank_ == 0) settle(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (rank_ == 0) settle("ncclGetUniqueId", [&] { return int(ncclGetUniqueId(&id)); });
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // calls return at once; settle() waits, watching the deadline, and can abort
-  ncclComm_t nccl = nullptr;
-  const ncclResult_t init = ncclCommInitRankConfig(&nccl, size_, id, rank_, &config);
-  comm_ = nccl;
-  settle(init, "ncclCommInitRankConfig");
+  settle("ncclCommInitRankConfig", [&] {
+    ncclComm_t nccl = nullptr;
+    const ncclResult_t init = ncclCommInitRankConfig(&nccl, size_, id, rank_, &config);
+    comm_ = nccl;  // set even while in progress: settle() polls it
+    return int(init);
+  });
   DP_CUDA(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
   DP_CUDA(cudaEventCreateWithFlags(&transferred_, cudaEventDisableTiming));
   DP_CUDA(cudaEventCreate(&started_));
@@ -77,7 +79,14 @@ void NcclTransport::begin() {
 }
 
 void NcclTransport::abort() noexcept {
+  const std::lock_guard lock(calls_);
   if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
+}
+
+int NcclTransport::locked(std::string_view name, const std::function<int()>& call) {
+  const std::lock_guard lock(calls_);
+  throw_if_aborted(name);
+  return call();
 }
 
 [[noreturn]] void NcclTransport::abort_and_throw(const std::string& message) {
@@ -90,20 +99,28 @@ void NcclTransport::throw_if_aborted(std::string_view what) const {
   if (aborted_) throw std::runtime_error(fmt::format("rank {}: NCCL: {} ended by an abort", rank_, what));
 }
 
-void NcclTransport::settle(int result, const char* call) {
+void NcclTransport::settle(const char* name, const std::function<int()>& call) {
   using clock = std::chrono::steady_clock;
   const auto deadline =
       clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
-  auto state = static_cast<ncclResult_t>(result);
+  auto state = static_cast<ncclResult_t>(locked(name, call));
   while (state == ncclInProgress) {
-    throw_if_aborted(call);
-    if (clock::now() > deadline) abort_and_throw(fmt::format("{} did not settle in {:g} s", call, timeout_s_));
+    if (clock::now() > deadline) abort_and_throw(fmt::format("{} did not settle in {:g} s", name, timeout_s_));
     std::this_thread::yield();
-    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+    state = static_cast<ncclResult_t>(locked(name, [&] {
+      ncclResult_t now = ncclInProgress;
+      return int(ncclCommGetAsyncError(comm_, &now) == ncclSuccess ? now : ncclInternalError);
+    }));
   }
-  if (state != ncclSuccess && state != ncclInProgress)
-    abort_and_throw(fmt::format("{} failed: {} ({})", call, ncclGetErrorString(state),
-                                comm_ != nullptr && !aborted_ ? ncclGetLastError(comm_) : ""));
+  if (state != ncclSuccess) {
+    std::string detail;
+    if (comm_ != nullptr)
+      locked(name, [&] {
+        detail = ncclGetLastError(comm_);
+        return 0;
+      });
+    abort_and_throw(fmt::format("{} failed: {} ({})", name, ncclGetErrorString(state), detail));
+  }
 }
 
 void NcclTransport::complete(std::string_view what) {
@@ -120,11 +137,15 @@ void NcclTransport::complete(std::string_view what) {
       return;
     }
     if (done != cudaErrorNotReady) DP_CUDA(done);
-    throw_if_aborted(what);
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &state);
-    if (state != ncclSuccess && state != ncclInProgress)
-      abort_and_throw(fmt::format("{} failed: {} ({})", what, ncclGetErrorString(state), ncclGetLastError(comm_)));
+    std::string error;
+    locked(what, [&] {
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      if (state != ncclSuccess && state != ncclInProgress)
+        error = fmt::format("{} ({})", ncclGetErrorString(state), ncclGetLastError(comm_));
+      return 0;
+    });
+    if (!error.empty()) abort_and_throw(fmt::format("{} failed: {}", what, error));
     if (clock::now() - start > std::chrono::duration<double>(timeout_s_))
       abort_and_throw(fmt::format("{} did not complete in {:g} s", what, timeout_s_));
     // Poll often while a short collective may end any moment, then back off: the compute thread needs the core.
@@ -151,13 +172,14 @@ Request NcclTransport::irecv(int peer, void* data, std::size_t bytes) {
 void NcclTransport::flush_queued() {
   if (queued_.empty()) return;
   begin();
-  settle(ncclGroupStart(), "ncclGroupStart");
+  settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
   for (const Queued& q : queued_) {
-    const ncclResult_t result = q.send ? ncclSend(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_)
-                                       : ncclRecv(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_);
-    settle(result, q.send ? "ncclSend" : "ncclRecv");
+    settle(q.send ? "ncclSend" : "ncclRecv", [&] {
+      return int(q.send ? ncclSend(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_)
+                        : ncclRecv(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_));
+    });
   }
-  settle(ncclGroupEnd(), "ncclGroupEnd");
+  settle("ncclGroupEnd", [] { return int(ncclGroupEnd()); });
   queued_.clear();
   issued_requests_ = next_request_;
   complete("send/receive");
@@ -193,13 +215,14 @@ void NcclTransport::transfers_wait_for_reduces(std::size_t step) {
 }
 
 void NcclTransport::transfer(std::span<const Message> sends, std::span<const Message> receives) {
-  settle(ncclGroupStart(), "ncclGroupStart");
+  settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
   for (const Message& m : sends) {
     count_sent(m.bytes);
-    settle(ncclSend(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_), "ncclSend");
+    settle("ncclSend", [&] { return int(ncclSend(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_)); });
   }
-  for (const Message& m : receives) settle(ncclRecv(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_), "ncclRecv");
-  settle(ncclGroupEnd(), "ncclGroupEnd");
+  for (const Message& m : receives)
+    settle("ncclRecv", [&] { return int(ncclRecv(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_)); });
+  settle("ncclGroupEnd", [] { return int(ncclGroupEnd()); });
 }
 
 void NcclTransport::reduces_wait_for_transfers() {
@@ -230,13 +253,15 @@ void NcclTransport::issue_native(CollectiveOp op, void* data, std::size_t count,
   auto* own = static_cast<std::byte*>(data) + std::size_t(rank_) * chunk * element_size(dtype);
   switch (op) {
     case CollectiveOp::all_reduce:
-      settle(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, stream_), "ncclAllReduce");
+      settle("ncclAllReduce",
+             [&] { return int(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, stream_)); });
       break;
     case CollectiveOp::reduce_scatter:
-      settle(ncclReduceScatter(data, own, chunk, nccl_type(dtype), ncclSum, comm_, stream_), "ncclReduceScatter");
+      settle("ncclReduceScatter",
+             [&] { return int(ncclReduceScatter(data, own, chunk, nccl_type(dtype), ncclSum, comm_, stream_)); });
       break;
     case CollectiveOp::all_gather:
-      settle(ncclAllGather(own, data, chunk, nccl_type(dtype), comm_, stream_), "ncclAllGather");
+      settle("ncclAllGather", [&] { return int(ncclAllGather(own, data, chunk, nccl_type(dtype), comm_, stream_)); });
       break;
   }
 }
@@ -251,10 +276,10 @@ void NcclTransport::native(CollectiveOp op, void* data, std::size_t count, DType
 double NcclTransport::simulated_seconds(CollectiveOp op, std::size_t count, DType dtype, void* data) {
   require_native_chunks(op, count, size_);
   make_current();
-  settle(ncclGroupStart(), "ncclGroupStart");
+  settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
   issue_native(op, data, count, dtype);
   ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
-  settle(ncclGroupSimulateEnd(&info), "ncclGroupSimulateEnd");
+  settle("ncclGroupSimulateEnd", [&] { return int(ncclGroupSimulateEnd(&info)); });
   return double(info.estimatedTime) * 1e-6;  // NCCL's tuning model counts microseconds
 }
 
