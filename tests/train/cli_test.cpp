@@ -246,16 +246,16 @@ TEST_F(DptrainProgram, ResumeEqualsAnUninterruptedRunBitwise) {
   for (int s = 0; s < 12; ++s) EXPECT_EQ(resumed[s]["loss"].get<double>(), full[s]["loss"].get<double>());
 }
 
-// A --log the disk stops taking (here: the file-size limit, RLIMIT_FSIZE, with SIGXFSZ ignored so that the write
-// fails with EFBIG) does not stop the training: one line says so, the run saves its checkpoint, and exits 2. The
+// A --log the disk stops taking (here: the file-size limit, RLIMIT_FSIZE set by prlimit, with SIGXFSZ ignored so
+// that the write fails with EFBIG) does not stop the training: one line says so, the run saves its checkpoint, and exits 2. The
 // log is filled close to the limit first (Open MPI's own files need a few MiB of it), then appended by a resumed run.
 TEST_F(DptrainProgram, ALogTheDiskStopsTakingIsSaidOnceAndTheRunExits2) {
   ASSERT_EQ(run_command(dptrain("--steps 2 --save " + (dir_ / "ckpt"))).exit_code, 0);
-  constexpr std::size_t kLimitBytes = 8192 * 512;  // ulimit -f counts 512-byte blocks in sh
+  constexpr std::size_t kLimitBytes = 4 << 20;
   std::string filler;
   while (filler.size() < kLimitBytes - 2048) filler += "{\"filler\":true}\n";
   testing::write_text(dir_ / "full.jsonl", filler);
-  const auto r = run_command("trap '' XFSZ; ulimit -f 8192; exec " +
+  const auto r = run_command(fmt::format("trap '' XFSZ; exec prlimit --fsize={} -- ", kLimitBytes) +
                              dptrain("--quiet --eval-every 0 --steps 40 --resume " + (dir_ / "ckpt") + " --save " +
                                      (dir_ / "ckpt") + " --log " + (dir_ / "full.jsonl")));
   EXPECT_EQ(r.exit_code, 2) << r.output;
