@@ -24,7 +24,9 @@ device="${GPU_CHECK_DEVICE:-cuda}"
 # ---- the summary, written on every exit (a step that runs out of time still leaves what ran) ----------------------
 write_summary() {
   python3 - "$OUT" "$share" "$device" "$(nccl_loaded_version)" <<'PY'
-import datetime, glob, json, os, re, statistics, sys
+import glob, json, os, re, statistics, sys
+sys.path.insert(0, "scripts")
+from gpu_summary import machine
 out, share, device, nccl = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 
 def records(path):
@@ -80,13 +82,7 @@ for z in range(4):
         run["memory"] = end[-1].get("memory")
     runs.append(run)
 summary = {
-    "commit": open("build-gpu/COMMIT").read().strip() if os.path.exists("build-gpu/COMMIT") else "unknown",
-    "nccl_version": nccl,
-    "date": datetime.date.today().isoformat(),
-    "device": (open(os.path.join(out, "device-name.txt")).read().strip() if os.path.exists(
-        os.path.join(out, "device-name.txt")) else "") or "unknown",
-    "progress": open(os.path.join(out, "progress.txt")).read().splitlines() if os.path.exists(
-        os.path.join(out, "progress.txt")) else [],
+    **machine(out, nccl),
     "ranks": 2, "ranks_share_one_gpu_by": share,
     "transport": transport, "ring_vs_native_busbw": ratio,
     "dpbench_wrong": sum(r["wrong"] or 0 for r in rows) if rows else None,

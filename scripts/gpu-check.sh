@@ -24,7 +24,7 @@ pytorch_compiled=""
 # ---- the summary, written on every exit ----------------------------------------------------------------------------
 write_summary() {
   python3 - "$OUT" "$batch" "$pytorch_eager" "$pytorch_compiled" "$(nccl_loaded_version)" <<'PY'
-import datetime, glob, json, os, statistics, sys
+import glob, json, os, statistics, sys
 out, batch, eager, compiled, nccl = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 passed = failed = skipped = 0
 failures, skipped_cuda = [], []
@@ -51,21 +51,16 @@ for status_path in sorted(glob.glob(os.path.join(out, "tests-*.status"))):
                 failures.append(full)
             else:
                 passed += 1
-device_name = open(os.path.join(out, "device-name.txt")).read().strip() if os.path.exists(
-    os.path.join(out, "device-name.txt")) else ""
+sys.path.insert(0, "scripts")
+from gpu_summary import machine
 summary = {
-    "commit": open("build-gpu/COMMIT").read().strip() if os.path.exists("build-gpu/COMMIT") else "unknown",
-    "date": datetime.date.today().isoformat(),
-    "device": device_name or "unknown",
-    "nccl_version": nccl,
+    **machine(out, nccl),
     # A cuda test skipped on the GPU machine did not run there: counted as failed, and named.
     "tests_passed": passed, "tests_failed": failed + skipped, "tests_skipped": skipped,
     "failed_tests": failures, "skipped_tests": skipped_cuda,
     "batch": batch, "mfu": None, "tokens_per_s": None,
     "pytorch_tokens_per_s": float(eager) if eager else None,
     "pytorch_compile_tokens_per_s": float(compiled) if compiled else None,
-    "progress": open(os.path.join(out, "progress.txt")).read().splitlines() if os.path.exists(
-        os.path.join(out, "progress.txt")) else [],
 }
 for tool in ("memcheck", "racecheck"):
     p = os.path.join(out, f"sanitizer-{tool}.txt")

@@ -620,11 +620,11 @@ int run(int argc, char** argv, int rank) {
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (!options->fit.empty() && (ranks < 2 || sizes.size() < 2)) {  // known on every rank alike
-    if (rank == 0)
-      std::fprintf(stderr, "dpbench: --fit: %s\n",
-                   ranks < 2 ? "one rank sends nothing over a link, so α and B are undetermined: run on 2 ranks or more"
-                             : fmt::format("the sweep has one message size ({} bytes); a fit needs two or more "
-                                           "(-b below -e)", sizes.front()).c_str());
+    const std::string why =
+        ranks < 2 ? "one rank sends nothing over a link, so α and B are undetermined: run on 2 ranks or more"
+                  : fmt::format("the sweep has one message size ({} bytes); a fit needs two or more (-b below -e)",
+                                sizes.front());
+    if (rank == 0) std::fprintf(stderr, "dpbench: --fit: %s\n", why.c_str());
     return kExitBadInput;
   }
 

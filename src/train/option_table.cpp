@@ -70,8 +70,8 @@ template <typename T>
 CLI::Validator whole_number() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        if (std::is_unsigned_v<T> && text.find_first_not_of(" \t") != std::string::npos &&
-            text[text.find_first_not_of(" \t")] == '-')
+        if (const std::size_t first = text.find_first_not_of(" \t");
+            std::is_unsigned_v<T> && first != std::string::npos && text[first] == '-')
           return fmt::format("must be a non-negative integer, got {}", text);
         T value{};
         const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
