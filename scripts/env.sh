@@ -46,7 +46,7 @@ PY
 
 # For the peer benchmarks: the PyTorch packages, the dptrain build, and a work folder $work removed at exit.
 dptrain_bench_setup() {
-  DPTRAIN_SETUP_EXTRAS=1 "$DPTRAIN_ROOT/scripts/setup.sh"
+  "$DPTRAIN_ROOT/scripts/setup.sh"
   dptrain_build --target dptrain
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT

@@ -72,7 +72,7 @@ fi
 
 if ! "$python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)'; then
   echo "transformers needs torch, which $base_python cannot import: apt-get install python3-torch" \
-       "(scripts/setup.sh with DPTRAIN_SETUP_EXTRAS=1)" >"$unavailable"
+       "(scripts/setup.sh installs it)" >"$unavailable"
 else
   missing=$(unsatisfied "${optional[@]}")
   if [[ -n "$missing" ]]; then

@@ -4,9 +4,8 @@ set -euo pipefail
 packages=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libopenblas-openmp-dev libcli11-dev
           nlohmann-json3-dev libfmt-dev libgtest-dev libxxhash-dev libdnnl-dev fortunes jq
           python3-venv python3-numpy python3-xxhash  # the virtual environment of scripts/python-env.sh
-          python3-matplotlib)  # scripts/plot.py, tested by tests/train/plot_test.sh
-# Optional peer for the benchmarks (not needed to build or test): DPTRAIN_SETUP_EXTRAS=1.
-if [[ "${DPTRAIN_SETUP_EXTRAS:-0}" == 1 ]]; then packages+=(python3-torch); fi
+          python3-matplotlib  # scripts/plot.py, tested by tests/train/plot_test.sh
+          python3-torch)  # the PyTorch reference and transformers tests, and the benchmarks' peer
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,7 +9,7 @@
 // below fails with the command to regenerate instead of comparing against a stale gradient. Where /usr/bin/python3
 // has torch and numpy, CommittedFixtureIsWhatTorchComputes recomputes the reference live and compares it with the
 // fixture (it skips, saying why, elsewhere). To regenerate the fixture (needs torch and numpy, e.g. Debian's
-// python3-torch python3-numpy, which scripts/setup.sh installs with DPTRAIN_SETUP_EXTRAS=1), from the source tree:
+// python3-torch python3-numpy, which scripts/setup.sh installs), from the source tree:
 //
 //   DPTRAIN_REGENERATE_REFERENCE=1 build/tests/compute/compute_test --gtest_filter='PytorchReference.*'
 #include <fmt/format.h>
