@@ -196,6 +196,9 @@ ResumePoint load_checkpoint(const std::string& dir, DataParallelEngine& engine, 
   const ModelConfig& model = engine.layout().config();
   require(meta.model == model_json(model), "checkpoint '{}' holds another model shape: {} (this run: {})", step_dir,
           meta.model.dump(), model_json(model).dump());
+  require(meta.parameters == 0 || meta.parameters == engine.layout().total(),
+          "checkpoint '{}': meta.json: inconsistent (key 'parameters' is {}, but its model shape has {} parameters)",
+          step_dir, meta.parameters, engine.layout().total());
   const int step = meta.step, optimizer_step = meta.optimizer_step;
   require(step <= options.steps, "checkpoint '{}' is at step {}, beyond --steps {}", step_dir, step, options.steps);
   require(optimizer_step <= step,

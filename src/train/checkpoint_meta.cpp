@@ -36,15 +36,23 @@ class MetaReader {
     refuse("wrong type", fmt::format("key '{}' is {}, expected {}", key, shown(value), expected));
   }
 
-  int integer(const char* key, const nlohmann::json& value) const {
-    constexpr const char* expected = "an integer from 0 to 2147483647";
-    if (!value.is_number_integer()) wrong_type(key, value, expected);
-    // Unsigned and signed JSON integers both fit in a long double-free comparison through their own type.
-    if (value.is_number_unsigned() ? value.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<int>::max())
-                                   : (value.get<std::int64_t>() < 0 ||
-                                      value.get<std::int64_t>() > std::numeric_limits<int>::max()))
+  // An integer JSON value in [low, high], else refused naming the key and the range.
+  std::int64_t bounded(const std::string& key, const nlohmann::json& value, std::int64_t low,
+                       std::int64_t high) const {
+    const std::string expected = fmt::format("an integer from {} to {}", low, high);
+    if (!value.is_number_integer()) wrong_type(key, value, expected.c_str());
+    // Unsigned and signed JSON integers are each compared through their own type.
+    const bool in_range = value.is_number_unsigned()
+                              ? value.get<std::uint64_t>() <= std::uint64_t(high) &&
+                                    std::int64_t(value.get<std::uint64_t>()) >= low
+                              : value.get<std::int64_t>() >= low && value.get<std::int64_t>() <= high;
+    if (!in_range)
       refuse("value out of range", fmt::format("key '{}' is {}, expected {}", key, value.dump(), expected));
-    return value.get<int>();
+    return value.get<std::int64_t>();
+  }
+
+  int integer(const char* key, const nlohmann::json& value) const {
+    return int(bounded(key, value, 0, std::numeric_limits<int>::max()));
   }
 
  private:
@@ -89,6 +97,22 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
 
   meta.model = read.required("model", "an object of the model's shape");
   if (!meta.model.is_object()) read.wrong_type("model", meta.model, "an object of the model's shape");
+
+  // What the run that wrote it was: informational (a load reshards to any ranks and stage), but checked, so a
+  // hand-edited or foreign file is refused rather than half believed.
+  if (meta.json.contains("parameters"))
+    meta.parameters = std::size_t(read.bounded("parameters", meta.json["parameters"], 1,
+                                               std::numeric_limits<std::int64_t>::max()));
+  if (meta.json.contains("parallel")) {
+    const nlohmann::json& parallel = meta.json["parallel"];
+    constexpr const char* expected = "an object {\"ranks\": R, \"zero\": S}";
+    if (!parallel.is_object()) read.wrong_type("parallel", parallel, expected);
+    for (const char* key : {"ranks", "zero"})
+      if (!parallel.contains(key))
+        read.refuse("missing key", fmt::format("key 'parallel.{}': expected {}", key, expected));
+    read.bounded("parallel.ranks", parallel["ranks"], 1, std::numeric_limits<int>::max());
+    read.bounded("parallel.zero", parallel["zero"], 0, 3);
+  }
 
   // Absent in checkpoints of one file (ZeRO 0): the single optimizer.safetensors.
   meta.optimizer_shards = {"optimizer.safetensors"};

@@ -6,9 +6,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -21,6 +23,47 @@ namespace dptrain {
 namespace {
 
 constexpr int kThreadsPerHardwareThread = 4;
+
+// Edits (insertions, deletions, substitutions) between two words: what makes `lyaers` close to `layers`.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);  // [|b| + 1]: distances from a's prefix to b's prefixes
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The config key a mistyped one most likely meant: the long flag name it equals once '_' is read as '-' and case
+// is ignored, else the nearest within two edits; empty when none is that close.
+std::string suggested_key(std::string key) {
+  std::transform(key.begin(), key.end(), key.begin(),
+                 [](unsigned char c) { return c == '_' ? '-' : char(std::tolower(c)); });
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const TrainOption& option : train_option_table()) {
+    const std::string name = option.flag.substr(2);
+    if (const std::size_t d = edit_distance(key, name); d < best_distance) best = name, best_distance = d;
+  }
+  return best;
+}
+
+// CLI11's "INI was not able to parse min_lr" as one line naming the key and what it may have meant.
+std::string config_error_line(const std::string& what) {
+  constexpr std::string_view kUnknownKey = "INI was not able to parse ";
+  if (!what.starts_with(kUnknownKey))
+    return fmt::format("--config: {} (keys are the long flag names, e.g. `layers = 4`)", what);
+  const std::string key = what.substr(kUnknownKey.size()), suggestion = suggested_key(key);
+  return fmt::format("--config: unknown key '{}' (keys are the long flag names without their dashes, e.g. `layers = "
+                     "4`{})",
+                     key, suggestion.empty() ? "" : fmt::format("; did you mean `{}`?", suggestion));
+}
 
 }  // namespace
 
@@ -41,7 +84,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
     if (print_help) std::cout << app.help();
     return std::nullopt;
   } catch (const CLI::ConfigError& e) {
-    fail("--config: {} (keys are the long flag names, e.g. `layers = 4`)", e.what());
+    fail("{}", config_error_line(e.what()));
   } catch (const CLI::FileError& e) {  // the file --config names
     fail("--config: {} (expected a TOML file of flat keys, e.g. configs/small.toml)", e.what());
   } catch (const CLI::ArgumentMismatch& e) {  // a flag without its value: "--steps: 1 required INT missing"

@@ -28,6 +28,8 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   testing::write_text(dir_ / "empty.txt", "");
   testing::write_text(dir_ / "negative-gamma.json", R"({"alpha_s": 0, "bandwidth_Bps": 1e9, "gamma_s_per_byte": -1e-6})");
   testing::write_text(dir_ / "bad.toml", "layers = 2\nbogus = 3\n");
+  testing::write_text(dir_ / "underscore.toml", "min_lr = 0.0001\n");
+  testing::write_text(dir_ / "typo.toml", "lyaers = 2\n");
   testing::write_text(dir_ / "badshard.bin", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
   testing::write_text(dir_ / "blob.raw", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
   std::filesystem::create_directories(dir_ / "loop/inner");
@@ -68,7 +70,12 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--width 65536 --layers 1024 --heads 1", "TiB of memory per rank"},
       {"--batch 2000000000", "of activations for --batch 2000000000"},
       {"--eval-windows 2000000000", "of token windows with --eval-windows 2000000000"},
-      {"--config " + (dir_ / "bad.toml"), "--config: INI was not able to parse bogus"},
+      {"--config " + (dir_ / "bad.toml"), "--config: unknown key 'bogus' (keys are the long flag names without their "
+                                           "dashes, e.g. `layers = 4`)"},
+      {"--config " + (dir_ / "underscore.toml"), "--config: unknown key 'min_lr' (keys are the long flag names "
+                                                 "without their dashes, e.g. `layers = 4`; did you mean `min-lr`?)"},
+      {"--config " + (dir_ / "typo.toml"), "unknown key 'lyaers' (keys are the long flag names without their "
+                                           "dashes, e.g. `layers = 4`; did you mean `layers`?)"},
       {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
       {"--trace " + (dir_ / "nowhere/trace.json"), "--trace: the directory of"},
       {"--link " + (dir_ / "negative-gamma.json"), "need finite α ≥ 0, B > 0 and γ ≥ 0"},

@@ -19,6 +19,7 @@ struct CheckpointMeta {
   int step = 0;            // loop steps done
   int optimizer_step = 0;  // updates taken ("step" when absent: written before skipped steps were counted)
   nlohmann::json model;    // the model's shape, an object
+  std::size_t parameters = 0;  // the element count the writer recorded; 0 when absent
   std::vector<std::string> optimizer_shards;         // plain file names inside the step folder
   std::map<std::string, std::uint64_t> checksums;    // file name -> XXH64; empty in checkpoints that predate them
   nlohmann::json json;                               // the whole document
