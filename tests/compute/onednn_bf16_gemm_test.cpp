@@ -236,5 +236,47 @@ TEST_F(OneDnnBf16Products, ThreadsOfATeamCallingAtOnceGetTheirOwnProducts) {
   for (const Product& p : products) expect_within_bound(p, describe(p.call));
 }
 
+// Batched products (attention's, all heads of a window in one call): each matrix of the batch within the bound of
+// its own product, for every combination of transposes, attention's shapes and awkward ones (m = 1, k = 1, sizes
+// no multiple of 16), alpha and beta as above.
+TEST_F(OneDnnBf16Products, BatchedProductsAreEachWithinTheBound) {
+  const std::vector<Call> calls = {{false, false, 128, 128, 64, 0, 0.125f, 0.0f},
+                                   {false, false, 128, 64, 128, 0, 1.0f, 0.0f},
+                                   {true, false, 33, 19, 7, 0, 1.0f, 0.5f},
+                                   {false, true, 1, 17, 33, 0, -1.0f, 0.0f},
+                                   {true, true, 9, 11, 1, 0, 0.5f, 1.0f}};
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  for (const Call& call : calls) {
+    const int batch = 3;
+    const std::size_t a_size = std::size_t(call.m) * call.k, b_size = std::size_t(call.k) * call.n,
+                      c_size = std::size_t(call.m) * call.n;
+    std::vector<bf16> a(batch * a_size), b(batch * b_size);
+    for (bf16& x : a) x = to_bf16(value(rng));
+    for (bf16& x : b) x = to_bf16(value(rng));
+    std::vector<float> c0(batch * c_size);
+    for (float& x : c0) x = value(rng);
+    std::vector<float> c = c0;
+    onednn_bf16_batched_gemm(call.trans_a, call.trans_b, batch, call.m, call.n, call.k, call.alpha, a.data(),
+                             b.data(), call.beta, c.data());
+    for (int i = 0; i < batch; ++i) {
+      // Matrix i as one product of fp32 operands holding the BF16 values (their rounding is exact).
+      Product p{.call = call,
+                .lda = call.trans_a ? call.m : call.k,
+                .ldb = call.trans_b ? call.k : call.n,
+                .ldc = call.n,
+                .a = std::vector<float>(a_size),
+                .b = std::vector<float>(b_size),
+                .c0 = std::vector<float>(c0.begin() + std::ptrdiff_t(i * c_size),
+                                         c0.begin() + std::ptrdiff_t((i + 1) * c_size)),
+                .c = std::vector<float>(c.begin() + std::ptrdiff_t(i * c_size),
+                                        c.begin() + std::ptrdiff_t((i + 1) * c_size))};
+      to_float(a.data() + i * a_size, p.a.data(), a_size);
+      to_float(b.data() + i * b_size, p.b.data(), b_size);
+      expect_within_bound(p, describe(call) + " batch element " + std::to_string(i));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dptrain

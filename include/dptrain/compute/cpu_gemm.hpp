@@ -31,6 +31,10 @@ using SgemmFunction = void (*)(bool trans_a, bool trans_b, int m, int n, int k, 
 using Bf16BGemmFunction = void (*)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                                    int lda, const bf16* b, int ldb, float beta, float* c, int ldc);
 
+// Batched BF16 products, `batch` dense matrices per operand (compute/onednn_bf16_gemm.hpp).
+using BatchedBf16GemmFunction = void (*)(bool trans_a, bool trans_b, int batch, int m, int n, int k, float alpha,
+                                         const bf16* a, const bf16* b, float beta, float* c);
+
 enum class GemmCase { nt, nn, tn };  // A·Bᵀ, A·B, Aᵀ·B
 constexpr std::array<GemmCase, 3> kGemmCases = {GemmCase::nt, GemmCase::nn, GemmCase::tn};
 std::string_view gemm_case_name(GemmCase c);  // "nt", "nn", "tn"
@@ -46,6 +50,9 @@ struct CpuGemm {
   // Per GemmCase where its library multiplies BF16 operands (onednn-bf16): the call that takes B in BF16, which
   // spares rounding a weight's fp32 copy on every call (the same bits). Null for the fp32 libraries.
   std::array<Bf16BGemmFunction, 3> bf16_b_functions{};
+  // Where every kind of call is onednn-bf16: attention's products of all heads of a window in one batched call
+  // each (compute/cpu/bf16_attention.hpp). Null otherwise: attention calls the library per head and block.
+  BatchedBf16GemmFunction batched_bf16 = nullptr;
 
   void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
              int ldb, float beta, float* c, int ldc) const {

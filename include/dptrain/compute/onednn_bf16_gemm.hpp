@@ -27,4 +27,10 @@ void onednn_bf16_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float al
 void onednn_bf16_gemm_bf16_b(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                              const bf16* b, int ldb, float beta, float* c, int ldc);
 
+// Batched, for attention's per-head products: C[i] = alpha·op(A[i])·op(B[i]) + beta·C[i] for i < batch, one
+// primitive call for all of them. A and B are BF16, C fp32, each `batch` dense row-major matrices one after another
+// (A[i] stored [k,m] where trans_a, B[i] stored [n,k] where trans_b; C[i] is [m,n]).
+void onednn_bf16_batched_gemm(bool trans_a, bool trans_b, int batch, int m, int n, int k, float alpha, const bf16* a,
+                              const bf16* b, float beta, float* c);
+
 }  // namespace dptrain

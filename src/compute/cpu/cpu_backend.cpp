@@ -1,5 +1,6 @@
 // The CPU backend: an sgemm library (OpenBLAS, oneDNN, or oneDNN on BF16-rounded operands: cpu_gemm.hpp) for
-// every matrix product (attention included, one product per head), plain loops with OpenMP elsewhere, on the cpu
+// every matrix product (attention included, one product per head and block of rows, or under onednn-bf16 one
+// batched product per window: bf16_attention.hpp), plain loops with OpenMP elsewhere, on the cpu
 // Device (host memory). Activations, compute weights and gradients are fp32: BF16 weights are expanded into an fp32
 // mirror (the weight views). Every reduction runs in a fixed order for a given thread count, so a run is bitwise
 // repeatable.
@@ -17,6 +18,7 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/reduce_add.hpp"
 #include "dptrain/core/timer.hpp"
+#include "bf16_attention.hpp"
 #include "vector_math.hpp"
 
 namespace dptrain {
@@ -134,9 +136,18 @@ class CpuBackend final : public Backend {
 
   std::size_t weight_view_bytes() const override { return mirrors_.size() * view_elements_ * sizeof(float); }
 
-  // Attention backward's [T,T] per thread, reserved with the activations so that no step allocates.
-  void reserve_scratch(const ModelConfig& config, std::size_t rows) override { attention_scratch(config.seq); }
-  std::size_t scratch_bytes() const override { return attention_scratch_.size() * sizeof(float); }
+  // Attention backward's [T,T] per thread (or the batched BF16 attention's window scratch), reserved with the
+  // activations so that no step allocates.
+  void reserve_scratch(const ModelConfig& config, std::size_t rows) override {
+    if (gemm_->batched_bf16) {
+      bf16_attention_scratch({std::size_t(config.seq), std::size_t(config.width), std::size_t(config.heads)});
+    } else {
+      attention_scratch(config.seq);
+    }
+  }
+  std::size_t scratch_bytes() const override {
+    return attention_scratch_.size() * sizeof(float) + bf16_attention_scratch_.size();
+  }
 
   void embedding_forward(void* out_, const std::int32_t* tokens, const void* wte_, const void* wpe_, std::size_t N,
                          std::size_t T, std::size_t C) override {
@@ -284,6 +295,9 @@ class CpuBackend final : public Backend {
                          std::size_t NH) override {
     float *out = f(out_), *probs = f(probs_);
     const float* qkv = f(qkv_);
+    if (gemm_->batched_bf16)
+      return cpu::bf16_attention_forward(gemm_->batched_bf16, out, probs, qkv, B, {T, C, NH},
+                                         bf16_attention_scratch({T, C, NH}));
     const HeadLayout head(T, C, NH);
     const std::size_t hs = head.hs;
     const float scale = head.scale;
@@ -300,11 +314,7 @@ class CpuBackend final : public Backend {
       for (std::size_t r0 = 0; r0 < T; r0 += kCausalRows) {
         const std::size_t r1 = std::min(T, r0 + kCausalRows);
         sgemm(false, true, int(r1 - r0), int(r1), int(hs), scale, q + r0 * ld, ld, k, ld, 0.0f, p + r0 * T, int(T));
-        for (std::size_t i = r0; i < r1; ++i) {
-          float* row = p + i * T;
-          softmax_in_place(row, i + 1);  // the causal part: positions 0…i
-          std::fill(row + i + 1, row + T, 0.0f);
-        }
+        for (std::size_t i = r0; i < r1; ++i) cpu::causal_softmax_row(p + i * T, i, T);
         sgemm(false, false, int(r1 - r0), int(hs), int(r1), 1.0f, p + r0 * T, int(T), v, ld, 0.0f,
               out + head.out(bh) + r0 * C, int(C));
       }
@@ -315,6 +325,9 @@ class CpuBackend final : public Backend {
                           std::size_t T, std::size_t C, std::size_t NH) override {
     float* dqkv = f(dqkv_);
     const float *dout = f(dout_), *qkv = f(qkv_), *probs = f(probs_);
+    if (gemm_->batched_bf16)
+      return cpu::bf16_attention_backward(gemm_->batched_bf16, dqkv, dout, qkv, probs, B, {T, C, NH},
+                                          bf16_attention_scratch({T, C, NH}));
     const HeadLayout head(T, C, NH);
     const std::size_t hs = head.hs;
     const float scale = head.scale;
@@ -337,13 +350,7 @@ class CpuBackend final : public Backend {
         const std::size_t r1 = std::min(T, r0 + kCausalRows);
         sgemm(false, true, int(r1 - r0), int(r1), int(hs), 1.0f, dO + r0 * C, int(C), v, ld, 0.0f, ds + r0 * T,
               int(T));
-        for (std::size_t i = r0; i < r1; ++i) {
-          const float* pr = p + i * T;
-          float* row = ds + i * T;
-          const float dot = lane_sum(i + 1, [pr, row](std::size_t j) { return pr[j] * row[j]; });
-          for (std::size_t j = 0; j <= i; ++j) row[j] = pr[j] * (row[j] - dot);
-          std::fill(row + i + 1, row + r1, 0.0f);
-        }
+        for (std::size_t i = r0; i < r1; ++i) cpu::causal_softmax_backward_row(p + i * T, ds + i * T, i, r1);
         sgemm(false, false, int(r1 - r0), int(hs), int(r1), scale, ds + r0 * T, int(T), k, ld, 1.0f, dq + r0 * ld,
               ld);
       }
@@ -512,9 +519,16 @@ class CpuBackend final : public Backend {
     return attention_scratch_.data();
   }
 
+  std::byte* bf16_attention_scratch(const cpu::AttentionShape& shape) {
+    const std::size_t needed = std::size_t(omp_get_max_threads()) * cpu::bf16_attention_scratch_bytes(shape);
+    if (bf16_attention_scratch_.size() < needed) bf16_attention_scratch_.resize(needed);
+    return bf16_attention_scratch_.data();
+  }
+
   std::unique_ptr<Device> device_;
   std::shared_ptr<const CpuGemm> gemm_;
   std::vector<float> attention_scratch_;
+  std::vector<std::byte> bf16_attention_scratch_;
   std::vector<Buffer> mirrors_;  // the weight views, view_elements_ fp32 each
   std::vector<bool> in_use_;
   std::vector<const bf16*> sources_;  // the BF16 weights each view in use was made from

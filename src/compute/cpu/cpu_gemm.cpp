@@ -155,6 +155,9 @@ CpuGemm make_cpu_gemm(std::string_view spec) {
     gemm.functions[i] = library_function(parsed.libraries[i]);
     gemm.bf16_b_functions[i] = library_bf16_b_function(parsed.libraries[i]);
   }
+#ifdef DPTRAIN_HAVE_ONEDNN
+  if (gemm.name == "onednn-bf16") gemm.batched_bf16 = onednn_bf16_batched_gemm;
+#endif
   return gemm;
 }
 

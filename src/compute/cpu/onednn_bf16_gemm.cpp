@@ -32,6 +32,10 @@ void onednn_bf16_gemm_bf16_b(bool, bool, int, int, int, float, const float*, int
   fail("onednn_bf16_gemm_bf16_b called in a build without oneDNN");
 }
 
+void onednn_bf16_batched_gemm(bool, bool, int, int, int, int, float, const bf16*, const bf16*, float, float*) {
+  fail("onednn_bf16_batched_gemm called in a build without oneDNN");
+}
+
 #else
 
 namespace {
@@ -43,16 +47,19 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// A logical [outer, inner] BF16 operand stored row-major with leading dimension ld, or transposed (column-major).
-memory::desc bf16_operand(int outer, int inner, bool transposed, int ld) {
-  return memory::desc({outer, inner}, memory::data_type::bf16,
-                      transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
+// A logical [outer, inner] BF16 operand stored row-major with leading dimension ld, or transposed (column-major);
+// with batch > 1, `batch` such matrices stored densely one after another (ld = inner, or outer where transposed).
+memory::desc bf16_operand(int batch, int outer, int inner, bool transposed, int ld) {
+  const memory::dims strides = transposed ? memory::dims{1, ld} : memory::dims{ld, 1};
+  if (batch == 1) return memory::desc({outer, inner}, memory::data_type::bf16, strides);
+  return memory::desc({batch, outer, inner}, memory::data_type::bf16,
+                      {memory::dim(outer) * inner, strides[0], strides[1]});
 }
 
-// A's copy is dense; B is the caller's own BF16 matrix (its ldb) or a dense copy.
+// A's copy is dense; B is the caller's own BF16 matrix (its ldb) or a dense copy. Batched products are dense.
 struct ProductKey {
   bool trans_a, trans_b;
-  int m, n, k, ldb, ldc;
+  int batch, m, n, k, ldb, ldc;
   float alpha, beta;
   auto operator<=>(const ProductKey&) const = default;
 };
@@ -65,9 +72,11 @@ struct Product {
 };
 
 Product make_product(const ProductKey& key) {
-  const memory::desc a_desc = bf16_operand(key.m, key.k, key.trans_a, key.trans_a ? key.m : key.k);
-  const memory::desc b_desc = bf16_operand(key.k, key.n, key.trans_b, key.ldb);
-  const memory::desc c_desc({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1});
+  const memory::desc a_desc = bf16_operand(key.batch, key.m, key.k, key.trans_a, key.trans_a ? key.m : key.k);
+  const memory::desc b_desc = bf16_operand(key.batch, key.k, key.n, key.trans_b, key.ldb);
+  const memory::desc c_desc =
+      key.batch == 1 ? memory::desc({key.m, key.n}, memory::data_type::f32, memory::dims{key.ldc, 1})
+                     : memory::desc({key.batch, key.m, key.n}, memory::data_type::f32, memory::format_tag::abc);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the thread's own, not a shared global one
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
@@ -105,15 +114,15 @@ void round_operand(const float* in, int rows, int cols, int ld, std::vector<bf16
   for (int r = 0; r < rows; ++r) to_bf16(in + std::size_t(r) * ld, out.data() + std::size_t(r) * cols, cols);
 }
 
-// C = alpha·op(bf16(A))·op(B16) + beta·C, B16 with leading dimension ldb.
-void multiply(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const bf16* b16,
-              int ldb, float beta, float* c, int ldc) {
-  ThreadState& state = thread_state();
-  const ProductKey key{trans_a, trans_b, m, n, k, ldb, ldc, alpha, beta};
+// The thread's primitive for `key`, made on its first use.
+const Product& product_for(ThreadState& state, const ProductKey& key) {
   auto found = state.products.find(key);
   if (found == state.products.end()) found = state.products.emplace(key, make_product(key)).first;
-  const Product& product = found->second;
-  round_operand(a, trans_a ? k : m, trans_a ? m : k, lda, state.a);
+  return found->second;
+}
+
+// Runs `product` on BF16 A and B (as its key describes them) into C.
+void execute(ThreadState& state, const Product& product, const bf16* a16, const bf16* b16, float* c) {
   const std::size_t scratch_bytes = product.scratchpad.get_desc().get_size();
   if (state.scratchpad.size() < scratch_bytes + 64) state.scratchpad.resize(scratch_bytes + 64);
   void* scratch = state.scratchpad.data();
@@ -121,7 +130,7 @@ void multiply(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
   std::align(64, scratch_bytes, scratch, space);
   // The C API's execute takes the arguments as an array (the C++ one builds a hash map per call).
   const std::pair<const memory*, const void*> bound[] = {
-      {&product.a, state.a.data()}, {&product.b, b16}, {&product.c, c}, {&product.scratchpad, scratch}};
+      {&product.a, a16}, {&product.b, b16}, {&product.c, c}, {&product.scratchpad, scratch}};
   for (const auto& [object, address] : bound)
     check(dnnl_memory_set_data_handle_v2(object->get(), const_cast<void*>(address), state.stream.get()),
           "set_data_handle");
@@ -130,6 +139,15 @@ void multiply(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
                                   {DNNL_ARG_DST, product.c.get()},
                                   {DNNL_ARG_SCRATCHPAD, product.scratchpad.get()}};
   check(dnnl_primitive_execute(product.matmul.get(), state.stream.get(), 4, args), "execute");
+}
+
+// C = alpha·op(bf16(A))·op(B16) + beta·C, B16 with leading dimension ldb.
+void multiply(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const bf16* b16,
+              int ldb, float beta, float* c, int ldc) {
+  ThreadState& state = thread_state();
+  const Product& product = product_for(state, {trans_a, trans_b, 1, m, n, k, ldb, ldc, alpha, beta});
+  round_operand(a, trans_a ? k : m, trans_a ? m : k, lda, state.a);
+  execute(state, product, state.a.data(), b16, c);
 }
 
 }  // namespace
@@ -164,6 +182,12 @@ void onednn_bf16_sgemm(bool trans_a, bool trans_b, int m, int n, int k, float al
 void onednn_bf16_gemm_bf16_b(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                              const bf16* b, int ldb, float beta, float* c, int ldc) {
   multiply(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void onednn_bf16_batched_gemm(bool trans_a, bool trans_b, int batch, int m, int n, int k, float alpha, const bf16* a,
+                              const bf16* b, float beta, float* c) {
+  ThreadState& state = thread_state();
+  execute(state, product_for(state, {trans_a, trans_b, batch, m, n, k, trans_b ? k : n, n, alpha, beta}), a, b, c);
 }
 
 #endif

@@ -63,12 +63,18 @@ inline float lane_sum(std::size_t n, Term term) {
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
-// max_{i<n} x[i] (n ≥ 1); the order does not matter to a maximum.
+// max_{i<n} x[i] (n ≥ 1), in 8 lanes as lane_sum (GCC keeps a single running maximum scalar). A maximum does not
+// depend on the order, up to which of ±0 or of several NaNs it returns, which no softmax output can tell apart.
 inline float max_of(const float* x, std::size_t n) {
-  float m = x[0];
-#pragma omp simd reduction(max : m)
-  for (std::size_t i = 1; i < n; ++i) m = std::max(m, x[i]);
-  return m;
+  constexpr std::size_t kLanes = 8;
+  float lanes[kLanes];
+  for (std::size_t l = 0; l < kLanes; ++l) lanes[l] = x[l < n ? l : 0];
+  std::size_t i = kLanes;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) lanes[l] = std::max(lanes[l], x[i + l]);
+  for (std::size_t l = 0; i + l < n; ++l) lanes[l] = std::max(lanes[l], x[i + l]);
+  return std::max(std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3])),
+                  std::max(std::max(lanes[4], lanes[5]), std::max(lanes[6], lanes[7])));
 }
 
 // x[n] (n ≥ 1) becomes softmax(x) in place: e^(x − max) / Σ.
@@ -79,6 +85,20 @@ inline void softmax_in_place(float* x, std::size_t n) {
   const float inv = 1.0f / lane_sum(n, [x](std::size_t i) { return x[i]; });
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+// Causal attention's row of query i: its scores x[0…i] become their softmax, and x[i+1 … end−1] zeros.
+inline void causal_softmax_row(float* x, std::size_t i, std::size_t end) {
+  softmax_in_place(x, i + 1);
+  std::fill(x + i + 1, x + end, 0.0f);
+}
+
+// The softmax backward of causal attention's row of query i: d[0…i] (dP, the gradient of the probabilities p)
+// becomes dS = p ⊙ (dP − Σ_j p_j·dP_j), and d[i+1 … end−1] zeros.
+inline void causal_softmax_backward_row(const float* p, float* d, std::size_t i, std::size_t end) {
+  const float dot = lane_sum(i + 1, [p, d](std::size_t j) { return p[j] * d[j]; });
+  for (std::size_t j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot);
+  std::fill(d + i + 1, d + end, 0.0f);
 }
 
 }  // namespace dptrain::cpu
