@@ -109,7 +109,9 @@ TEST(RunSummary, LinesAndRecord) {
   const RunSummary summary = run_summary({.options = options, .run = kRun, .totals = totals, .plan = plan,
                                           .parameters = layout.total(), .link = link, .memory_mine = memory,
                                           .memory_largest = memory, .first_step = 10, .threads = 3,
-                                          .overlap_choice = {{"mode", "on"}, {"overlap", true}}});
+                                          .overlap_choice = {{"mode", "on"}, {"overlap", true}},
+                                          .cpu_gemm = nullptr,
+                                          .host_cpu = {}});
   ASSERT_EQ(summary.lines.size(), 5u + 9u);  // done, table header and row, per step, bytes; memory header + 8
   EXPECT_EQ(summary.lines[0], "dptrain | done: 2 steps | final loss 5.0000 | val 4.5000 | 10.0 ms/step | 12.8k tok/s");
   EXPECT_EQ(summary.lines[2],
