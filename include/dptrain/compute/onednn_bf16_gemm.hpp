@@ -1,8 +1,9 @@
 // --cpu-gemm onednn-bf16: the cpu backend's products in BF16 with fp32 accumulation, through oneDNN's matmul
 // primitive, where the CPU has BF16 dot-product instructions (AVX512_BF16 or AMX) to run it on. It is the CUDA
 // backend's arithmetic (cuBLASLt, BF16 in, fp32 compute), and a declared lower precision: each operand is rounded
-// to BF16 (nearest, ties to even) before the product, so a product differs from fp32's by up to 2⁻⁸ relative per
-// term (docs/cpu-speed.md states the bound the tests hold it to). --cpu-gemm auto never chooses it.
+// to BF16 (nearest, ties to even: within 2⁻⁸ relative) before the product, so each term of a product differs from
+// fp32's by up to 2⁻⁷ relative (docs/cpu-speed.md states the bound the tests hold it to). --cpu-gemm auto never
+// chooses it.
 //
 // Each call rounds A and B (unless given in BF16) into the calling thread's own BF16 buffers and runs a primitive
 // made once per shape (and alpha, beta) on that thread: the backend calls it from every thread of an OpenMP team at
