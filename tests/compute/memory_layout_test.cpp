@@ -8,6 +8,7 @@
 // uploaded directly, which needs the backend's repeatability promise (skipped otherwise).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "backend_fixture.hpp"
 #include "dptrain/compute/activation_arena.hpp"
+#include "dptrain/compute/device.hpp"
 #include "dptrain/compute/gpt.hpp"
 #include "dptrain/model/activation_memory.hpp"
 #include "gradient_check.hpp"
@@ -38,6 +40,29 @@ void expect_packed(const ActivationArena& arena) {
     end = t.offset + t.bytes();
   }
   EXPECT_EQ(arena.bytes(), end);
+}
+
+// The cpu device clears large regions with the OpenMP team in pieces and small ones, or any inside a parallel
+// region, on the calling thread: in every case exactly the bytes asked for, whatever the size and alignment.
+TEST(CpuDevice, ZeroClearsExactlyTheRegionAtAnySizeAndOffset) {
+  const std::unique_ptr<Device> device = make_cpu_device();
+  constexpr std::size_t kBytes = std::size_t(5) << 20;
+  std::vector<unsigned char> memory(kBytes, 0xab), expected(kBytes, 0xab);
+  const auto zero = [&](std::size_t offset, std::size_t bytes) {
+    device->zero(memory.data() + offset, bytes);
+    std::fill_n(expected.begin() + std::ptrdiff_t(offset), bytes, 0);
+  };
+  zero(3, (std::size_t(3) << 20) + 7);                          // large and odd: in pieces, the last one short
+  zero((std::size_t(4) << 20) + 1, 100);                        // small
+  zero(kBytes - (std::size_t(1) << 20), std::size_t(1) << 20);  // exactly the threshold, at the end
+  EXPECT_EQ(memory, expected);
+  std::fill(memory.begin(), memory.end(), 0xab);
+  std::fill(expected.begin(), expected.end(), 0xab);
+#pragma omp parallel for num_threads(2)
+  for (int half = 0; half < 2; ++half) device->zero(memory.data() + half * (kBytes / 2) + 1, kBytes / 2 - 2);
+  for (int half = 0; half < 2; ++half)
+    std::fill_n(expected.begin() + half * std::ptrdiff_t(kBytes / 2) + 1, kBytes / 2 - 2, 0);
+  EXPECT_EQ(memory, expected);
 }
 
 using MemoryLayout = test::BackendTest<>;
