@@ -3,7 +3,8 @@
 // NH·T/32 small calls per product instead, which oneDNN runs on a generic kernel at a tenth of its BF16 peak:
 // docs/cpu-speed.md). The operands are rounded to BF16 where the per-head path rounds them — q, k, v, dO, the
 // probabilities and dS — and every product accumulates in fp32. One window's products run on one thread, and the
-// windows are shared among the threads: the same bits for any thread count and any grouping of windows.
+// windows are shared among the threads: the same bits for any thread count and any grouping of windows (and a
+// micro-batch of fewer windows than threads leaves the other threads idle during attention).
 #pragma once
 #include <cmath>
 #include <cstddef>
