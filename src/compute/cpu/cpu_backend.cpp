@@ -40,7 +40,7 @@ struct HeadLayout {
   float scale;  // 1/sqrt(head size)
   int ld_qkv;
   HeadLayout(std::size_t T, std::size_t C, std::size_t NH)
-      : T(T), C(C), NH(NH), hs(C / NH), scale(1.0f / std::sqrt(float(C / NH))), ld_qkv(int(3 * C)) {}
+      : T(T), C(C), NH(NH), hs(C / NH), scale(cpu::AttentionShape{T, C, NH}.scale()), ld_qkv(int(3 * C)) {}
   std::size_t qkv(std::size_t bh) const { return (bh / NH) * T * 3 * C + (bh % NH) * hs; }
   std::size_t out(std::size_t bh) const { return (bh / NH) * T * C + (bh % NH) * hs; }
   std::size_t probs(std::size_t bh) const { return bh * T * T; }
@@ -513,16 +513,16 @@ class CpuBackend final : public Backend {
   }
 
   // Grows only where the thread count or T exceeds what was reserved (a caller that never reserved).
-  float* attention_scratch(std::size_t T) {
-    const std::size_t needed = std::size_t(omp_get_max_threads()) * T * T;
-    if (attention_scratch_.size() < needed) attention_scratch_.resize(needed);
-    return attention_scratch_.data();
-  }
-
+  float* attention_scratch(std::size_t T) { return per_thread(attention_scratch_, T * T); }
   std::byte* bf16_attention_scratch(const cpu::AttentionShape& shape) {
-    const std::size_t needed = std::size_t(omp_get_max_threads()) * cpu::bf16_attention_scratch_bytes(shape);
-    if (bf16_attention_scratch_.size() < needed) bf16_attention_scratch_.resize(needed);
-    return bf16_attention_scratch_.data();
+    return per_thread(bf16_attention_scratch_, cpu::bf16_attention_scratch_bytes(shape));
+  }
+  // `scratch` grown (never shrunk) to `each` elements for every thread of the team.
+  template <typename T>
+  static T* per_thread(std::vector<T>& scratch, std::size_t each) {
+    const std::size_t needed = std::size_t(omp_get_max_threads()) * each;
+    if (scratch.size() < needed) scratch.resize(needed);
+    return scratch.data();
   }
 
   std::unique_ptr<Device> device_;

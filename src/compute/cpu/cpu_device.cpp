@@ -12,7 +12,8 @@
 namespace dptrain {
 namespace {
 
-constexpr std::size_t kParallelZeroBytes = std::size_t(1) << 20;
+constexpr std::size_t kParallelZeroBytes = std::size_t(1) << 20;  // zero() from this size on uses the team
+constexpr std::size_t kZeroPieceBytes = kParallelZeroBytes / 2;       // in pieces of this size
 
 class CpuDevice final : public Device {
  public:
@@ -29,11 +30,11 @@ class CpuDevice final : public Device {
       std::memset(dst, 0, bytes);
       return;
     }
-    const std::size_t pieces = (bytes + kParallelZeroBytes / 2 - 1) / (kParallelZeroBytes / 2);
+    const std::size_t pieces = (bytes + kZeroPieceBytes - 1) / kZeroPieceBytes;
 #pragma omp parallel for schedule(static)
     for (std::size_t piece = 0; piece < pieces; ++piece) {
-      const std::size_t begin = piece * kParallelZeroBytes / 2;
-      std::memset(static_cast<char*>(dst) + begin, 0, std::min(bytes - begin, kParallelZeroBytes / 2));
+      const std::size_t begin = piece * kZeroPieceBytes;
+      std::memset(static_cast<char*>(dst) + begin, 0, std::min(bytes - begin, kZeroPieceBytes));
     }
   }
   void upload(void* dst, const void* host_src, std::size_t bytes) override { std::memcpy(dst, host_src, bytes); }
