@@ -79,9 +79,27 @@ void* Gpt::grad_at(void* grads, std::size_t offset) const {
   return static_cast<std::byte*>(grads) + offset * grad_bytes_;
 }
 
+// A pass over no windows (ZeRO-3 evaluation: every rank makes as many passes as the rank with the most windows)
+// computes nothing — a GPU refuses a launch over no rows — but acquires and releases the weights as a pass does,
+// so that its ranges' all-gathers stay in step with the other ranks'.
+void Gpt::walk_weights(const WeightAccess& weights) const {
+  const FlatRange emb = layout_.embeddings(), fin = layout_.final_norm();
+  weights.acquire(emb);
+  for (int l = 0; l < layout_.config().layers; ++l) {
+    weights.acquire(layout_.block_range(l));
+    weights.release(layout_.block_range(l));
+  }
+  weights.acquire(fin);
+  weights.release(fin);
+  weights.acquire(emb);  // the tied head
+  weights.release(emb);
+  weights.release(emb);
+}
+
 void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess& weights, double* loss_sum) {
   DP_ASSERT(n <= max_windows_);
   n_ = n;
+  if (n == 0) return walk_weights(weights);
   const ModelConfig& c = layout_.config();
   const std::size_t T = c.seq, C = c.width, V = c.vocab, NH = c.heads, N = n * T;
   // Inputs [:, :Q] and targets [:, 1:] side by side on the host, then one upload (they are adjacent in the arena

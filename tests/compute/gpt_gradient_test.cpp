@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "backend_fixture.hpp"
@@ -242,6 +243,30 @@ TEST_P(GptGradient, ForwardIsTheSumOfPositionLosses) {
   EXPECT_NEAR(loss(), 15 * std::log(11.0), test::tolerance(1e-4, act()));
   // Fewer windows: only the first window's 5 positions.
   EXPECT_NEAR(forward(1), 5 * std::log(11.0), test::tolerance(1e-5, act()));
+}
+
+TEST_P(GptGradient, ForwardOverNoWindowsAddsNothingAndAcquiresTheWeightsAsAPassDoes) {
+  // ZeRO-3 evaluation: a rank with no windows left makes the pass anyway, and its weight all-gathers must come in
+  // the order of the other ranks' passes. The cuda backend (here on the CPU harness, which refuses a launch over an
+  // empty grid as a GPU does) must not be asked to compute over no rows.
+  std::vector<std::pair<char, std::size_t>> walked;  // ('a'cquire | 'r'elease, range begin)
+  const WeightAccess inner = access();
+  const WeightAccess recording{[&](FlatRange r) {
+                                 walked.push_back({'a', r.begin});
+                                 return inner.acquire(r);
+                               },
+                               [&](FlatRange r) { walked.push_back({'r', r.begin}); }};
+  device_weights.upload(weights);
+  test::DeviceScalar one_window(device(), 0.25);
+  gpt.forward(kWindows.data(), 1, recording, one_window.data());
+  const auto pass = walked;
+  walked.clear();
+  test::DeviceScalar none(device(), 0.25);
+  gpt.forward(kWindows.data(), 0, recording, none.data());
+  EXPECT_EQ(walked, pass);
+  EXPECT_EQ(pass.size(), 2 * std::size_t(layout.config().layers) + 6);
+  EXPECT_EQ(none.value(), 0.25);
+  EXPECT_GT(one_window.value(), 0.25);  // the pass over one window added its (positive) losses
 }
 
 TEST_P(GptGradient, RepeatsBitwise) {

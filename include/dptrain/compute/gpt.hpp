@@ -36,7 +36,8 @@ class Gpt {
   Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_windows);
 
   // windows [n, Q+1] tokens on the host: inputs are [:, :Q], targets [:, 1:]. Adds the Σ of the n·Q position
-  // losses into *loss_sum (device memory).
+  // losses into *loss_sum (device memory). n = 0 computes nothing and only acquires and releases the weights in a
+  // pass's order (walk_weights).
   void forward(const std::int32_t* windows, std::size_t n, const WeightAccess& weights, double* loss_sum);
 
   // Adds dloss·∂(Σ losses)/∂weights into grads [N] (device, gradient dtype) for the windows of the last forward().
@@ -65,6 +66,7 @@ class Gpt {
     void* out;                     // [N,C] stream after the MLP branch (the block's output)
   };
 
+  void walk_weights(const WeightAccess& weights) const;
   const void* weight_at(const void* base, FlatRange r, std::size_t offset) const;
   void* grad_at(void* grads, std::size_t offset) const;
 
