@@ -29,11 +29,10 @@ std::uint64_t ring_bytes_sent(CollectiveOp op, std::size_t count, DType dtype, i
 void Collectives::run(CollectiveOp op, void* data, std::size_t count, DType dtype) {
   const std::uint64_t sent_before = transport_.bytes_sent();
   const double entry = now_seconds();
-  execute(op, data, count, dtype);
-  const double exit = now_seconds();
   // A device transport's own timing: the collective's time on the device, placed on the host clock as ending when
   // the host saw it end (so the ranks' entries still compare; collective_skew.hpp).
-  const std::optional<double> on_device = transport_.last_device_seconds();
+  const std::optional<double> on_device = execute(op, data, count, dtype);
+  const double exit = now_seconds();
   const double seconds = on_device ? *on_device : exit - entry;
   const std::uint64_t counted = transport_.bytes_sent() - sent_before;
   log_.add(CommRecord{.op = op,

@@ -10,8 +10,9 @@ class NativeCollectives final : public Collectives {
   explicit NativeCollectives(Transport& transport) : Collectives(Algorithm::native, transport) {}
 
  protected:
-  void execute(CollectiveOp op, void* data, std::size_t count, DType dtype) override {
+  std::optional<double> execute(CollectiveOp op, void* data, std::size_t count, DType dtype) override {
     transport_.native(op, data, count, dtype);
+    return transport_.last_device_seconds();
   }
 
   std::uint64_t wire_bytes(CollectiveOp op, std::size_t count, DType dtype, std::uint64_t) const override {

@@ -2,6 +2,7 @@
 // kept, run by the transport on the caller's buffer with scratch from the caller's Memory.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -20,10 +21,15 @@ class ScheduledCollectives final : public Collectives {
         piece_bytes_(piece_bytes) {}
 
  protected:
-  void execute(CollectiveOp op, void* data, std::size_t count, DType dtype) override {
+  // A ring all-reduce is two schedules (reduce-scatter, all-gather): its device time is the sum of theirs.
+  std::optional<double> execute(CollectiveOp op, void* data, std::size_t count, DType dtype) override {
+    std::optional<double> device_seconds = 0.0;
     for (const Schedule& schedule : schedules(op, count)) {
       transport_.execute(schedule, data, dtype, reduce_add_, scratch_, piece_bytes_);
+      const std::optional<double> part = transport_.last_device_seconds();
+      device_seconds = part && device_seconds ? std::optional(*device_seconds + *part) : std::nullopt;
     }
+    return device_seconds;
   }
 
  private:

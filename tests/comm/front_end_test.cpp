@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <tuple>
 
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/comm/point_to_point_executor.hpp"
@@ -132,23 +133,29 @@ TEST(CommFrontEnd, SingleRankCallsAreNoOpsAndAreLogged) {
 }
 
 // A transport that times its operations on its device: the record takes that time, placed on the host clock as
-// ending when the call returned; without one, the host's clock times the call.
+// ending when the call returned; without one, the host's clock times the call. A ring all-reduce is two schedules
+// (reduce-scatter, then all-gather), each timed by the transport: the call's time is their sum; the tree's is one.
 TEST(CommFrontEnd, DeviceTimeOfATransportIsTheCallsTime) {
   for (const std::optional<double> device : {std::optional<double>{}, std::optional<double>{0.25}}) {
-    SoloTransport solo(1, device);
-    auto collectives = make_collectives(Algorithm::ring, solo);
-    std::vector<float> data{1, 2, 3};
-    collectives->all_reduce(data.data(), data.size(), DType::f32);
-    const auto records = collectives->log().take();
-    ASSERT_EQ(records.size(), 1u);
-    const CommRecord& r = records[0];
-    EXPECT_DOUBLE_EQ(r.exit_s - r.entry_s, r.seconds);
-    EXPECT_EQ(r.transfer_s, r.seconds);
-    if (device) {
-      EXPECT_EQ(r.seconds, 0.25);
-    } else {
-      EXPECT_GE(r.seconds, 0.0);
-      EXPECT_LT(r.seconds, 0.25);  // a no-op on one rank: far below a quarter second
+    for (const auto& [algorithm, op, parts] : {std::tuple{Algorithm::ring, CollectiveOp::all_reduce, 2},
+                                               std::tuple{Algorithm::ring, CollectiveOp::reduce_scatter, 1},
+                                               std::tuple{Algorithm::ring, CollectiveOp::all_gather, 1},
+                                               std::tuple{Algorithm::tree, CollectiveOp::all_reduce, 1}}) {
+      SoloTransport solo(1, device);
+      auto collectives = make_collectives(algorithm, solo);
+      std::vector<float> data{1, 2, 3};
+      collectives->run(op, data.data(), data.size(), DType::f32);
+      const auto records = collectives->log().take();
+      ASSERT_EQ(records.size(), 1u);
+      const CommRecord& r = records[0];
+      EXPECT_DOUBLE_EQ(r.exit_s - r.entry_s, r.seconds);
+      EXPECT_EQ(r.transfer_s, r.seconds);
+      if (device) {
+        EXPECT_EQ(r.seconds, 0.25 * parts) << algorithm_name(algorithm) << " " << collective_op_name(op);
+      } else {
+        EXPECT_GE(r.seconds, 0.0);
+        EXPECT_LT(r.seconds, 0.25);  // a no-op on one rank: far below a quarter second
+      }
     }
   }
 }

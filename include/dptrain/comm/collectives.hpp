@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "dptrain/comm/algorithm.hpp"
 #include "dptrain/comm/chunks.hpp"
@@ -53,7 +54,9 @@ class Collectives {
  protected:
   Collectives(Algorithm algorithm, Transport& transport) : transport_(transport), algorithm_(algorithm) {}
 
-  virtual void execute(CollectiveOp op, void* data, std::size_t count, DType dtype) = 0;
+  // Runs the operation; returns its time on the device where the transport times its work there
+  // (Transport::last_device_seconds, summed over the operation's parts), else nullopt.
+  virtual std::optional<double> execute(CollectiveOp op, void* data, std::size_t count, DType dtype) = 0;
   // Wire bytes to record for a call; `counted` is the transport counter's increase during it.
   virtual std::uint64_t wire_bytes(CollectiveOp op, std::size_t count, DType dtype, std::uint64_t counted) const {
     return counted;
