@@ -60,6 +60,8 @@ GroupedExecutor::Plan GroupedExecutor::plan(const Schedule& schedule, std::size_
       for (const StepReceive& receive : step.receives) reduced.mark(receive.range, receive.reduce ? index + 1 : 0);
     }
   }
+  // No more slots than reduce receives (the tree's are whole messages, one step per round: a slot apiece).
+  plan.slots = std::min(plan.slots, step_of_reduce.size());
   return plan;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dptrain/comm/grouped_executor.hpp"
+#include "dptrain/comm/schedule.hpp"
 
 namespace dptrain {
 namespace {
@@ -59,13 +60,14 @@ TEST(CommGroupedPlan, PlainReceiveAfterAReduceOfItsRangeWaitsForIt) {
   EXPECT_FALSE(plan.steps[1].has_reduce);
 }
 
-// A node of the tree adds both children's vectors in one round: two reduce receives per step, so twice the slots,
-// each as large as the whole message.
+// A node of the tree adds both children's vectors in one round: two reduce receives in one step, each a whole
+// message, so two slots of the whole message (no more: a slot is never reused), and none on a leaf.
 TEST(CommGroupedPlan, TreeNodeWithTwoChildrenHasTwoReducesPerStep) {
   const std::size_t count = 1001;
   const Schedule schedule = tree_all_reduce_schedule(/*rank=*/0, /*size=*/3, count);
   const GroupedExecutor::Plan plan = GroupedExecutor::plan(schedule, SIZE_MAX / 2);
-  EXPECT_EQ(plan.slots, 2 * GroupedExecutor::kSlotsPerReduce);
+  EXPECT_EQ(plan.slots, 2u);
+  EXPECT_EQ(GroupedExecutor::plan(tree_all_reduce_schedule(/*rank=*/2, /*size=*/3, count), SIZE_MAX / 2).slots, 0u);
   EXPECT_EQ(plan.slot_elements, count);
   std::size_t reducing_steps = 0;
   for (const auto& step : plan.steps) {
@@ -76,6 +78,26 @@ TEST(CommGroupedPlan, TreeNodeWithTwoChildrenHasTwoReducesPerStep) {
     EXPECT_EQ(reduces, 2u);
   }
   EXPECT_EQ(reducing_steps, 1u);
+}
+
+// The scratch a tree node holds, for every rank count up to 9: at most two whole messages (its two children's),
+// however many rounds the tree has; the ring keeps kSlotsPerReduce pieces once it has that many reduce receives.
+TEST(CommGroupedPlan, ScratchIsAtMostTwoMessagesOnTheTreeAndFourPiecesOnTheRing) {
+  const std::size_t count = 4096;
+  for (int p = 2; p <= 9; ++p) {
+    for (int r = 0; r < p; ++r) {
+      for (CollectiveOp op : {CollectiveOp::all_reduce, CollectiveOp::reduce_scatter}) {
+        for (const Schedule& s : collective_schedules(Algorithm::tree, op, r, p, count)) {
+          const GroupedExecutor::Plan plan = GroupedExecutor::plan(s, SIZE_MAX / 2);
+          EXPECT_LE(plan.slots * plan.slot_elements, 2 * count) << "tree p " << p << " rank " << r;
+        }
+        const Schedule ring = collective_schedules(Algorithm::ring, op, r, p, count)[0];
+        const GroupedExecutor::Plan plan = GroupedExecutor::plan(ring, 16);
+        EXPECT_EQ(plan.slots, GroupedExecutor::kSlotsPerReduce) << "ring p " << p << " rank " << r;
+        EXPECT_EQ(plan.slot_elements, 16u);
+      }
+    }
+  }
 }
 
 }  // namespace

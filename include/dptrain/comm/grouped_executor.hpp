@@ -51,7 +51,7 @@ class StepStreams {
 class GroupedExecutor {
  public:
   // Each reduce receive of a step gets a scratch slot; a slot is reused kSlotsPerReduce steps later, so the
-  // transfers may run that many steps ahead of the additions.
+  // transfers may run that many steps ahead of the additions (no more slots than the schedule has reduce receives).
   static constexpr std::size_t kSlotsPerReduce = 4;
 
   struct StepReceive {
