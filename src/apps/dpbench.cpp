@@ -240,7 +240,7 @@ struct Bench {
   ReduceAdd reduce_add = host_reduce_add;
   std::string transport_name = "MPI";
   // NCCL's own estimate of a native collective on a buffer, in seconds (ncclGroupSimulateEnd); empty on the cpu.
-  std::function<double(CollectiveOp, std::size_t, DType, void*)> estimate;
+  std::function<std::optional<double>(CollectiveOp, std::size_t, DType, void*)> estimate;
 
   ~Bench() {
     transport.reset();
@@ -396,7 +396,8 @@ BenchResult measure(const Options& options, Bench& bench, Algorithm algo, std::s
                      .ranks = p};
   result.busbw = result.algbw * busbw_factor(options.op, p);
   if (bench.estimate && options.op != BenchOp::sendrecv && count > 0)
-    result.nccl_estimate_us = 1e6 * bench.estimate(collective_of(options.op), count, options.dtype, data.data());
+    if (const auto seconds = bench.estimate(collective_of(options.op), count, options.dtype, data.data()))
+      result.nccl_estimate_us = 1e6 * *seconds;
   if (options.check) {
     runner.fill(host, count);
     bench.memory->upload(data.data(), host.bytes.data(), size);
@@ -532,17 +533,22 @@ void write_json(const std::string& path, const std::vector<BenchResult>& results
 // much again: a sweep that cannot fit is refused before it starts, rather than by the allocator (or the kernel's
 // out-of-memory killer) in its middle. On a GPU the ranks placed on it share its free memory, on the cpu the node's
 // ranks share the host's. Collective: every rank returns the same answer.
-bool memory_fits(std::size_t max_bytes, const Bench& bench, Placement placement, int rank) {
+// Per rank: the message, a receive buffer and the collective's scratch (a few pieces on the ring; on the tree up
+// to two whole messages, a node's children's vectors added in one round).
+bool memory_fits(const Options& options, const Bench& bench, Placement placement, int rank) {
+  const std::size_t max_bytes = options.max_bytes;
+  const bool tree = std::ranges::find(options.algorithms, Algorithm::tree) != options.algorithms.end();
   const int sharing = bench.device ? placement.ranks_per_gpu : placement.local_size;
-  const double per_rank = 3.0 * double(max_bytes), needed = per_rank * sharing;
+  const double per_rank = (tree ? 4.0 : 3.0) * double(max_bytes), needed = per_rank * sharing;
   const double available = bench.device ? double(bench.device->memory_free()) : available_memory_bytes();
   int fits = needed <= available ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &fits, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (!fits && rank == 0)
     std::fprintf(stderr,
                  "dpbench: -e: messages of up to %s need about %s per rank (the message, a receive buffer and the "
-                 "collective's scratch) × %d rank(s) on this %s = %s, but %s is available: lower -e (and -b)\n",
-                 format_binary_bytes(double(max_bytes)).c_str(), format_binary_bytes(per_rank).c_str(), sharing,
+                 "collective's scratch%s) × %d rank(s) on this %s = %s, but %s is available: lower -e (and -b)\n",
+                 format_binary_bytes(double(max_bytes)).c_str(), format_binary_bytes(per_rank).c_str(),
+                 tree ? ": two messages on the tree" : "", sharing,
                  bench.device ? "GPU" : "host", format_binary_bytes(needed).c_str(),
                  format_binary_bytes(available).c_str());
   return fits == 1;
@@ -637,7 +643,7 @@ int run(int argc, char** argv, int rank) {
   }
   if (!device_usable(options->device, placement, rank)) return kExitBadInput;
   const std::unique_ptr<Bench> bench = make_bench(*options, placement);
-  if (!memory_fits(options->max_bytes, *bench, placement, rank)) return kExitBadInput;
+  if (!memory_fits(*options, *bench, placement, rank)) return kExitBadInput;
 
   std::vector<BenchResult> results;
   for (BenchOp op : options->ops) {

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,7 +35,8 @@ namespace dptrain {
 
 class NcclTransport final : public Transport, private StepStreams {
  public:
-  // Collective over `comm`: every rank of it constructs one, with its own GPU `device` and `stream`.
+  // Collective over `comm` (which outlives it): every rank of it constructs one, with its own GPU `device` and
+  // `stream`.
   NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, double timeout_s);
   ~NcclTransport() override;
   NcclTransport(const NcclTransport&) = delete;
@@ -62,8 +64,10 @@ class NcclTransport final : public Transport, private StepStreams {
   void abort() noexcept override;
 
   // NCCL's own estimate of native `op` on `count` elements at `data` (ncclGroupSimulateEnd), in seconds; nothing
-  // is sent.
-  double simulated_seconds(CollectiveOp op, std::size_t count, DType dtype, void* data);
+  // is sent; empty where NCCL gives none. NCCL simulates on blocking communicators only (on a non-blocking one the
+  // group runs for real), so the first call makes a second, blocking communicator over the ranks: collective, like
+  // the constructor, on its first call.
+  std::optional<double> simulated_seconds(CollectiveOp op, std::size_t count, DType dtype, void* data);
 
   // The NCCL library's version, e.g. "2.28.9"; the transport NCCL chose for this rank's peers is in its
   // NCCL_DEBUG=INFO output.
@@ -77,7 +81,7 @@ class NcclTransport final : public Transport, private StepStreams {
   void record_reduces(std::size_t step) override;
   void finish() override;
 
-  void issue_native(CollectiveOp op, void* data, std::size_t count, DType dtype);
+  void issue_native(ncclComm* comm, CollectiveOp op, void* data, std::size_t count, DType dtype);
   // Makes one NCCL call on the communicator (unless it was aborted) and waits for it to settle: in non-blocking mode
   // a call may still be in progress. Throws (after aborting) on an error or past the deadline.
   void settle(const char* name, const std::function<int()>& call);
@@ -99,7 +103,9 @@ class NcclTransport final : public Transport, private StepStreams {
     std::size_t bytes;
   };
 
+  MPI_Comm mpi_comm_;
   ncclComm* comm_ = nullptr;
+  ncclComm* simulation_comm_ = nullptr;  // blocking, for simulated_seconds() only (made by its first call)
   std::atomic<bool> aborted_{false};
   // Held around every call into the communicator and by abort(): an abort from another thread (the engine's
   // watchdog) never frees the communicator under a call in progress. In non-blocking mode NCCL's calls return at

@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <thread>
 
@@ -22,7 +23,7 @@ ncclDataType_t nccl_type(DType dtype) { return dtype == DType::bf16 ? ncclBfloat
 }  // namespace
 
 NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, double timeout_s)
-    : device_(device), timeout_s_(timeout_s), stream_(stream) {
+    : mpi_comm_(comm), device_(device), timeout_s_(timeout_s), stream_(stream) {
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   make_current();
@@ -45,6 +46,9 @@ NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, dou
 
 NcclTransport::~NcclTransport() {
   cudaSetDevice(device_);               // unchecked: a destructor must not throw
+  // Destroyed while an exception unwinds (a failed rank on its way to MPI_Abort): the peers may be inside a
+  // collective that will never complete, so finalizing would wait for the deadline; abort at once instead.
+  if (std::uncaught_exceptions() > 0) abort();
   if (comm_ != nullptr && !aborted_) {  // every operation completed before it returned; the stream may be gone
     // Finalizing may need the peers; one that died must not keep this rank from exiting: after the deadline the
     // communicator is aborted instead.
@@ -57,6 +61,12 @@ NcclTransport::~NcclTransport() {
       ncclCommDestroy(comm_);
     else
       ncclCommAbort(comm_);
+  }
+  if (simulation_comm_ != nullptr) {  // blocking, and never given any work
+    if (aborted_)
+      ncclCommAbort(simulation_comm_);
+    else
+      ncclCommDestroy(simulation_comm_);
   }
   for (CUevent_st* event : reduced_) cudaEventDestroy(event);
   for (CUevent_st* event : {transferred_, started_, ended_})
@@ -248,20 +258,20 @@ void NcclTransport::finish() {
 // ---- native -----------------------------------------------------------------------------------------------------
 
 // Enqueues NCCL's own `op` in place: reduce-scatter leaves the sum of chunk r in chunk r, all-gather reads it there.
-void NcclTransport::issue_native(CollectiveOp op, void* data, std::size_t count, DType dtype) {
+void NcclTransport::issue_native(ncclComm* comm, CollectiveOp op, void* data, std::size_t count, DType dtype) {
   const std::size_t chunk = count / std::size_t(size_);
   auto* own = static_cast<std::byte*>(data) + std::size_t(rank_) * chunk * element_size(dtype);
   switch (op) {
     case CollectiveOp::all_reduce:
       settle("ncclAllReduce",
-             [&] { return int(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, stream_)); });
+             [&] { return int(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm, stream_)); });
       break;
     case CollectiveOp::reduce_scatter:
       settle("ncclReduceScatter",
-             [&] { return int(ncclReduceScatter(data, own, chunk, nccl_type(dtype), ncclSum, comm_, stream_)); });
+             [&] { return int(ncclReduceScatter(data, own, chunk, nccl_type(dtype), ncclSum, comm, stream_)); });
       break;
     case CollectiveOp::all_gather:
-      settle("ncclAllGather", [&] { return int(ncclAllGather(own, data, chunk, nccl_type(dtype), comm_, stream_)); });
+      settle("ncclAllGather", [&] { return int(ncclAllGather(own, data, chunk, nccl_type(dtype), comm, stream_)); });
       break;
   }
 }
@@ -269,17 +279,29 @@ void NcclTransport::issue_native(CollectiveOp op, void* data, std::size_t count,
 void NcclTransport::native(CollectiveOp op, void* data, std::size_t count, DType dtype) {
   require_native_chunks(op, count, size_);
   begin();
-  issue_native(op, data, count, dtype);
+  issue_native(comm_, op, data, count, dtype);
   complete(collective_op_name(op));
 }
 
-double NcclTransport::simulated_seconds(CollectiveOp op, std::size_t count, DType dtype, void* data) {
+std::optional<double> NcclTransport::simulated_seconds(CollectiveOp op, std::size_t count, DType dtype, void* data) {
   require_native_chunks(op, count, size_);
   make_current();
+  if (simulation_comm_ == nullptr) {
+    ncclUniqueId id{};
+    if (rank_ == 0) settle("ncclGetUniqueId", [&] { return int(ncclGetUniqueId(&id)); });
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_);
+    settle("ncclCommInitRank (simulation)", [&] {
+      ncclComm_t blocking = nullptr;
+      const ncclResult_t init = ncclCommInitRank(&blocking, size_, id, rank_);
+      simulation_comm_ = blocking;
+      return int(init);
+    });
+  }
   settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
-  issue_native(op, data, count, dtype);
+  issue_native(simulation_comm_, op, data, count, dtype);
   ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
   settle("ncclGroupSimulateEnd", [&] { return int(ncclGroupSimulateEnd(&info)); });
+  if (!(info.estimatedTime >= 0)) return std::nullopt;
   return double(info.estimatedTime) * 1e-6;  // NCCL's tuning model counts microseconds
 }
 
