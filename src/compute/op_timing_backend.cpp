@@ -84,7 +84,10 @@ namespace {
 class OpTimingBackend final : public Backend {
  public:
   OpTimingBackend(std::unique_ptr<Backend> inner, std::shared_ptr<OpTimes> times)
-      : inner_(std::move(inner)), times_(std::move(times)) {}
+      : inner_(std::move(inner)), times_(std::move(times)), compute_done_(inner_->device().create_event()) {}
+  ~OpTimingBackend() override { inner_->device().destroy(compute_done_); }
+  OpTimingBackend(const OpTimingBackend&) = delete;
+  OpTimingBackend& operator=(const OpTimingBackend&) = delete;
 
   std::string name() const override { return inner_->name(); }
   Device& device() override { return inner_->device(); }
@@ -180,22 +183,29 @@ class OpTimingBackend final : public Backend {
   }
 
  private:
-  // Synchronised before and after: the time is this operation's alone, not that of work issued before it.
+  // The compute stream synchronised before and after: the time is this operation's alone, not that of work issued
+  // before it (nor of another stream's, such as a collective's in flight on the comm stream).
   template <typename Operation>
   void timed(TimedOp op, double flops, Operation&& operation) {
     if (!times_->enabled()) {
       operation();
       return;
     }
-    inner_->device().synchronize();
+    wait_for_compute();
     const Stopwatch watch;
     operation();
-    inner_->device().synchronize();
+    wait_for_compute();
     times_->add(op, watch.seconds(), flops);
+  }
+  void wait_for_compute() {
+    Device& device = inner_->device();
+    device.record(compute_done_, device.compute_stream());
+    device.synchronize(compute_done_);
   }
 
   std::unique_ptr<Backend> inner_;
   std::shared_ptr<OpTimes> times_;
+  Event compute_done_;
 };
 
 }  // namespace

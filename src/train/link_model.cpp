@@ -58,6 +58,10 @@ LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t 
   // term cannot be fitted.
   Buffer buffer(memory, std::max<std::size_t>(max_bytes, 4u << 20));
   memory.zero(buffer.data(), buffer.bytes());
+  // The collectives may run on another stream than the zeroing (a GPU's comm stream): wait for it here (a download
+  // returns after the work issued before it).
+  std::byte first{};
+  memory.download(&first, buffer.data(), 1);
   for (std::size_t bytes = 1 << 12; bytes <= buffer.bytes(); bytes *= 4) {
     const std::size_t count = bytes / 2;                        // BF16 elements
     collectives.all_reduce(buffer.data(), count, DType::bf16);  // warm-up
