@@ -117,6 +117,26 @@ TEST_P(OpForward, MatmulMatchesDoubleReference) {
   }
 }
 
+// A model whose width is no multiple of 8 has its biases at any alignment in the flat weights: the product is the
+// same, bit for bit, wherever the bias lies (a GPU's bias epilogue needs 16 bytes: the cuda backend copies it).
+TEST_P(OpForward, MatmulBiasAtAnyAlignmentGivesTheSameBits) {
+  const std::size_t N = 6, C = 10, OC = 7;
+  const auto d_in = activations(representable(act(), uniform(rng, N * C, -1, 1)));
+  const auto d_w = compute_weights(representable(wt(), uniform(rng, OC * C, -1, 1)));
+  const auto bias = representable(wt(), uniform(rng, OC, -1, 1));
+  auto product = [&](std::size_t offset) {  // the bias `offset` elements into its array
+    std::vector<float> padded(offset, 0.0f);
+    padded.insert(padded.end(), bias.begin(), bias.end());
+    const auto d_bias = compute_weights(padded);
+    auto d_out = activations(N * OC);
+    be->matmul_forward(d_out.data(), d_in.data(), d_w.data(),
+                       static_cast<const std::byte*>(d_bias.data()) + offset * element_size(wt()), N, 3, C, OC);
+    return d_out.download();
+  };
+  const auto aligned = product(0);
+  for (std::size_t offset : {1, 2, 3, 5, 7}) EXPECT_EQ(product(offset), aligned) << "bias at element " << offset;
+}
+
 class AttentionForward : public OpForwardTest<test::AttentionParam> {
  protected:
   const test::AttentionShape shape = std::get<1>(GetParam());

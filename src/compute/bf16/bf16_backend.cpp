@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
 #include <vector>
@@ -142,10 +143,12 @@ class Bf16Backend final : public Backend {
   std::size_t weight_view_bytes() const override { return 0; }
 
   // The largest of: attention's heads and score matrices, LayerNorm's and the biases' partial sums (the widest
-  // biased product is the MLP's, 4C), the squared norm's partials (over at most every parameter).
+  // biased product is the MLP's, 4C), an aligned copy of a bias, the squared norm's partials (over at most every
+  // parameter).
   void reserve_scratch(const ModelConfig& c, std::size_t rows) override {
     const std::size_t T = std::size_t(c.seq), C = std::size_t(c.width), NH = std::size_t(c.heads), B = rows / T;
     scratch_.reserve(std::max({total_bytes(attention_forward_scratch(B, T, C, NH)),
+                               aligned(4 * C * sizeof(bf16)),
                                total_bytes(attention_backward_scratch(B, T, C, NH)),
                                aligned(kernels_->layernorm_backward_scratch_bytes(rows, C)),
                                aligned(kernels_->bias_backward_scratch_bytes(rows, 4 * C)),
@@ -176,7 +179,16 @@ class Bf16Backend final : public Backend {
                       std::size_t C, std::size_t OC) override {
     using R = GemmOperand;
     gemm_->run(matmul_forward_plan(N, C, OC, bias != nullptr), {{R::weight, w}, {R::in, in}, {R::out, out}},
-               DType::bf16, bias);
+               DType::bf16, aligned_bias(bias, OC));
+  }
+  // cuBLASLt's bias epilogue reads the bias in 16-byte vectors (a less aligned one faults on GPUs). A model whose
+  // width is no multiple of 8 has its biases at lesser alignments in the flat weights: such a bias is copied into
+  // aligned scratch first (the same values: the same bits).
+  const void* aligned_bias(const void* bias, std::size_t OC) {
+    if (bias == nullptr || reinterpret_cast<std::uintptr_t>(bias) % kBiasAlignment == 0) return bias;
+    void* copy = scratch_.get(OC * sizeof(bf16));
+    device_->copy(copy, bias, OC * sizeof(bf16));
+    return copy;
   }
   void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
                        std::size_t N, std::size_t, std::size_t C, std::size_t OC) override {

@@ -1,6 +1,7 @@
 // GemmRunner: runs GEMM plans (compute/gemm_plan.hpp) on BF16 operands — cuBLASLt on a GPU, a BLAS replay in the
 // tests. The caller names its tensors by role; the plan says which is A, which B and which C = D.
 #pragma once
+#include <cstddef>
 #include <initializer_list>
 
 #include "dptrain/compute/gemm_plan.hpp"
@@ -13,11 +14,15 @@ struct GemmTensor {
   const void* data;  // D's is written
 };
 
+// The alignment run() needs of a bias: cuBLASLt's bias epilogue loads it in 16-byte vectors.
+constexpr std::size_t kBiasAlignment = 16;
+
 class GemmRunner {
  public:
   virtual ~GemmRunner() = default;
   // D = plan.alpha·op(A)·op(B) + plan.beta·D (+ bias[m] over the columns where plan.bias_epilogue). A and B are
-  // BF16; D (and the C it accumulates) is BF16 or fp32 (d_type); bias BF16 (given iff the plan adds one).
+  // BF16; D (and the C it accumulates) is BF16 or fp32 (d_type); bias BF16 (given iff the plan adds one),
+  // kBiasAlignment-aligned.
   virtual void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type,
                    const void* bias = nullptr) = 0;
 };

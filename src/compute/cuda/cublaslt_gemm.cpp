@@ -1,6 +1,7 @@
 // cuBLASLt calls from GEMM plans, with the heuristic's algorithm cached per shape.
 #include "cublaslt_gemm.hpp"
 
+#include <cstdint>
 #include <stdexcept>
 #include <utility>
 
@@ -76,6 +77,8 @@ void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> t
   const void *A = gemm_tensor(tensors, plan.a), *B = gemm_tensor(tensors, plan.b);
   void* D = const_cast<void*>(gemm_tensor(tensors, plan.c));
   if (plan.bias_epilogue != (bias != nullptr)) throw std::logic_error("GEMM: bias given iff the plan adds one");
+  if (reinterpret_cast<std::uintptr_t>(bias) % kBiasAlignment != 0)
+    throw std::logic_error("GEMM: a bias not 16-byte aligned (cuBLASLt's epilogue loads it in 16-byte vectors)");
   const cudaDataType_t d_type = d == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const Prepared& p = prepare({plan, int(d_type), alignment_of(A, plan.lda, plan.stride_a, 2),
                                alignment_of(B, plan.ldb, plan.stride_b, 2),
