@@ -8,7 +8,8 @@
 #   3. compute-sanitizer memcheck and racecheck on the cuda op tests (where the machine's runtime supports it),
 #   4. the benchmark: gpt2-124m at Q = 1024, the largest micro-batch of 64, 32, 16 that fits (a smaller one only
 #      after a refusal or failure for memory), 30 steps — tokens/s, MFU, memory — beside PyTorch on the same shape
-#      in the same run (eager with SDPA and BF16 autocast, then torch.compile if time is left),
+#      in the same run (eager with SDPA and BF16 autocast), then 6 steps with --op-times (time and GEMM rate per
+#      op: where the time goes), then torch.compile if time is left,
 # and writes everything to $OUT, with the summary in $OUT/check-<date>.json (commit it under docs/gpu/), written on
 # every exit: a step that runs out of time or crashes still leaves the summary of what ran. A test binary that
 # crashed, timed out or left no readable result counts as failed, and so does every cuda test that was skipped (on
@@ -82,6 +83,15 @@ if batch and os.path.exists(log):
         summary["mfu"] = statistics.median(r["mfu"] for r in steps)
     if end:
         summary["memory"] = end[-1].get("memory")
+op_log = os.path.join(out, "op-times.jsonl")
+if os.path.exists(op_log):
+    for line in open(op_log):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("event") == "summary" and "op_times" in row:
+            summary["op_times"] = row["op_times"]
 if summary["tokens_per_s"] and summary["pytorch_tokens_per_s"]:
     summary["ratio_to_pytorch_eager"] = summary["tokens_per_s"] / summary["pytorch_tokens_per_s"]
 name = os.path.join(out, f"check-{summary['date']}.json")
@@ -159,6 +169,16 @@ if [ "$batch" -gt 0 ]; then
   seconds=$(step_timeout 120)
   if [ "$seconds" -ge 30 ]; then
     log "PyTorch eager, batch $batch (at most $seconds s)"; pytorch_eager=$(torch_bench "" pytorch-eager "$seconds")
+  fi
+  # Where the time goes: every op timed between syncs of the compute stream (slower than the run above; the shares
+  # and the GEMMs' rates are what it is for).
+  seconds=$(step_timeout 60)
+  if [ "$seconds" -ge 30 ]; then
+    log "dptrain gpt2-124m --batch $batch --op-times, 6 steps (at most $seconds s)"
+    ours timeout "$seconds" "$bin/dptrain" --device cuda --config configs/gpt2-124m.toml --data "$OUT/corpus.txt" \
+      --batch "$batch" --steps 6 --warmup 2 --eval-every 0 --op-times --log "$OUT/op-times.jsonl" \
+      > "$OUT/op-times.txt" 2>&1
+    echo "exit $?" >> "$OUT/op-times.txt"
   fi
   seconds=$(step_timeout 150)
   if [ "$seconds" -ge 90 ]; then
