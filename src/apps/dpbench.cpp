@@ -443,9 +443,12 @@ void print_header(const Options& options, const Bench& bench, int ranks) {
               bench.estimate ? fmt::format(" {:>14}", "nccl-est(us)").c_str() : "");
 }
 
-void print_row(const BenchResult& r) {
+// with_estimate: the header has the nccl-est column (a row without an estimate shows N/A there).
+void print_row(const BenchResult& r, bool with_estimate) {
   const std::string wrong = r.wrong ? std::to_string(*r.wrong) : "N/A";
-  const std::string estimate = r.nccl_estimate_us ? fmt::format(" {:14.2f}", *r.nccl_estimate_us) : "";
+  const std::string estimate = r.nccl_estimate_us ? fmt::format(" {:14.2f}", *r.nccl_estimate_us)
+                               : with_estimate    ? fmt::format(" {:>14}", "N/A")
+                                                  : "";
   std::printf("%15zu %12zu %6s %7s %12.2f %12.3f %12.3f %8s%s\n", r.size, r.count,
               std::string(dtype_name(r.dtype)).c_str(), r.algo.c_str(), r.time_us, r.algbw, r.busbw, wrong.c_str(),
               estimate.c_str());
@@ -659,7 +662,7 @@ int run(int argc, char** argv, int rank) {
       previous_count = count;
       for (Algorithm algo : sweep.algorithms) {
         results.push_back(measure(sweep, *bench, algo, bytes));
-        if (rank == 0) print_row(results.back());
+        if (rank == 0) print_row(results.back(), bool(bench->estimate));
       }
     }
   }
