@@ -2,9 +2,9 @@
 // backend and, while its OpTimes is enabled, adds the operation's wall time, one call and its FLOPs to a row per
 // operation name.
 //
-// The time of an operation runs from a device synchronize before it to a device synchronize after it, so it is
-// the operation's own (on the cpu synchronize returns at once; on a GPU it waits for every stream, so timing
-// serialises the GPU: kernels no longer overlap each other or the host, nor the comm stream's work).
+// The time of an operation runs from a wait for the compute stream before it to one after it, so it is the
+// operation's own (on the cpu the wait returns at once; on a GPU timing serialises the compute stream's kernels with
+// the host, while a collective in flight on the comm stream goes on and is not counted).
 //
 // Timed: the model's operations, the gradient and optimizer operations and acquire_weights (the cpu backend
 // expands BF16 weights into its fp32 mirror there). Forwarded untimed: name (the inner's, which the rest of the
