@@ -92,6 +92,7 @@ if os.path.exists(op_log):
             continue
         if row.get("event") == "summary" and "op_times" in row:
             summary["op_times"] = row["op_times"]
+            summary["op_times_by_shape"] = row.get("op_times_by_shape")
 if summary["tokens_per_s"] and summary["pytorch_tokens_per_s"]:
     summary["ratio_to_pytorch_eager"] = summary["tokens_per_s"] / summary["pytorch_tokens_per_s"]
 name = os.path.join(out, f"check-{summary['date']}.json")

@@ -1,6 +1,8 @@
 // The timing decorator of a Backend and the table of times it fills.
 #include "dptrain/compute/op_timing_backend.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -32,18 +34,40 @@ const char* timed_op_name(TimedOp op) {
 
 OpTimes::OpTimes() : owner_(std::this_thread::get_id()) {}
 
-void OpTimes::add(TimedOp op, double seconds, double flops) {
-  const int slot = int(op) + (std::this_thread::get_id() == owner_ ? 0 : kOps);
+void OpTimes::add(TimedOp op, double seconds, double flops, const std::string& shape) {
+  const bool owner = std::this_thread::get_id() == owner_;
+  const int slot = int(op) + (owner ? 0 : kOps);
   std::lock_guard lock(mutex_);
-  Total& total = totals_[std::size_t(slot)];
-  ++total.calls;
-  total.seconds += seconds;
-  total.flops += flops;
+  auto add_to = [&](Total& total) {
+    ++total.calls;
+    total.seconds += seconds;
+    total.flops += flops;
+  };
+  add_to(totals_[std::size_t(slot)]);
+  if (owner && !shape.empty()) add_to(shapes_[{int(op), shape}]);
 }
 
 void OpTimes::reset() {
   std::lock_guard lock(mutex_);
   totals_.fill({});
+  shapes_.clear();
+}
+
+std::vector<OpTimeRow> OpTimes::shape_rows() const {
+  std::vector<std::pair<int, OpTimeRow>> ordered;  // (op, row)
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, total] : shapes_)
+      ordered.push_back(
+          {key.first,
+           {timed_op_name(TimedOp(key.first)), false, total.calls, total.seconds, total.flops, key.second}});
+  }
+  std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.first, -a.second.seconds) < std::pair(b.first, -b.second.seconds);
+  });
+  std::vector<OpTimeRow> rows;
+  for (auto& [op, row] : ordered) rows.push_back(std::move(row));
+  return rows;
 }
 
 std::vector<OpTimeRow> OpTimes::rows() const {
@@ -53,7 +77,8 @@ std::vector<OpTimeRow> OpTimes::rows() const {
     for (int slot = 0; slot < 2 * kOps; ++slot) {
       const Total& total = totals_[std::size_t(slot)];
       if (total.calls > 0)
-        rows.push_back({timed_op_name(TimedOp(slot % kOps)), slot >= kOps, total.calls, total.seconds, total.flops});
+        rows.push_back(
+            {timed_op_name(TimedOp(slot % kOps)), slot >= kOps, total.calls, total.seconds, total.flops, {}});
     }
   }
   std::stable_sort(rows.begin(), rows.end(), [](const OpTimeRow& a, const OpTimeRow& b) {
@@ -132,12 +157,12 @@ class OpTimingBackend final : public Backend {
   void matmul_forward(void* out, const void* in, const void* w, const void* bias, std::size_t N, std::size_t T,
                       std::size_t C, std::size_t OC) override {
     timed(TimedOp::matmul_forward, matmul_forward_flops(N, C, OC),
-          [&] { inner_->matmul_forward(out, in, w, bias, N, T, C, OC); });
+          [&] { inner_->matmul_forward(out, in, w, bias, N, T, C, OC); }, gemm_shape(N, C, OC));
   }
   void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
                        std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
     timed(TimedOp::matmul_backward, matmul_backward_flops(N, C, OC, din != nullptr),
-          [&] { inner_->matmul_backward(din, dw, dbias, dout, in, w, N, T, C, OC); });
+          [&] { inner_->matmul_backward(din, dw, dbias, dout, in, w, N, T, C, OC); }, gemm_shape(N, C, OC));
   }
   void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
                          std::size_t NH) override {
@@ -186,7 +211,7 @@ class OpTimingBackend final : public Backend {
   // The compute stream synchronised before and after: the time is this operation's alone, not that of work issued
   // before it (nor of another stream's, such as a collective's in flight on the comm stream).
   template <typename Operation>
-  void timed(TimedOp op, double flops, Operation&& operation) {
+  void timed(TimedOp op, double flops, Operation&& operation, const std::string& shape = {}) {
     if (!times_->enabled()) {
       operation();
       return;
@@ -195,7 +220,11 @@ class OpTimingBackend final : public Backend {
     const Stopwatch watch;
     operation();
     wait_for_compute();
-    times_->add(op, watch.seconds(), flops);
+    times_->add(op, watch.seconds(), flops, shape);
+  }
+  // Rows × in → out; made only while timing (a string per call).
+  std::string gemm_shape(std::size_t N, std::size_t C, std::size_t OC) const {
+    return times_->enabled() ? fmt::format("{}×{}→{}", N, C, OC) : std::string();
   }
   void wait_for_compute() {
     Device& device = inner_->device();

@@ -213,7 +213,7 @@ std::vector<TrainOption> make_table() {
             DPTRAIN_FIELD(keep_last), all, unsaved),
       // Only rank 0 prints step lines.
       entry("--quiet", "No per-step lines", DPTRAIN_FIELD(quiet), own, unsaved),
-      // Each rank times its own operations (only slower for it: a device synchronize after each); rank 0 prints.
+      // Each rank times its own operations (only slower for it: a wait for the device after each); rank 0 prints.
       entry("--op-times", "Time every compute operation of the steps after the first and print a table at the end",
             DPTRAIN_FIELD(op_times), own, unsaved),
   };

@@ -386,9 +386,11 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std:
                    .host_cpu = host_cpu_});
   for (const std::string& line : summary.lines) say(line);
   if (op_times_) {  // rank 0's own operations
-    const OpTimesReport report = op_times_report(op_times_->rows(), op_times_steps_, op_times_seconds_, peak_flops_);
+    const OpTimesReport report = op_times_report(op_times_->rows(), op_times_steps_, op_times_seconds_, peak_flops_,
+                                                 op_times_->shape_rows());
     for (const std::string& line : report.lines) say(line);
     summary.record["op_times"] = report.rows;
+    summary.record["op_times_by_shape"] = report.shape_rows;
   }
   if (!stopped.empty()) summary.record["stopped_by"] = stopped;
   write_log(summary.record);

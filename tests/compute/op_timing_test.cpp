@@ -1,10 +1,12 @@
 // The timing decorator (op_timing_backend.hpp): the wrapped cpu backend computes bitwise what the bare one does,
 // each call is recorded once with the FLOPs of the formula, a disabled timer records nothing, reset clears, and
 // calls from another thread (the comm executor's) get rows of their own.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -87,6 +89,36 @@ TEST_F(OpTiming, SameBitsAndTheFormulasFlops) {
     EXPECT_FALSE(row.other_thread) << row.op;
   }
   for (std::size_t i = 1; i < rows.size(); ++i) EXPECT_GE(rows[i - 1].seconds, rows[i].seconds);  // longest first
+}
+
+// The matmuls are also kept by shape (rows × in → out): each shape's calls, time and FLOPs, adding up to the op's
+// row; attention and the other ops have no shape rows. A second shape (the LM head's, say) gets a row of its own.
+TEST_F(OpTiming, MatmulsAreAlsoTimedByShape) {
+  times->set_enabled(true);
+  run_ops(*timed);
+  std::vector<float> wide_out(N * 2 * OC), wide_w = uniform(rng, 2 * OC * C);
+  timed->matmul_forward(wide_out.data(), in.data(), wide_w.data(), nullptr, N, T, C, 2 * OC);
+  const std::vector<OpTimeRow> shapes = times->shape_rows(), rows = times->rows();
+  ASSERT_EQ(shapes.size(), 3u);
+  const std::string own = fmt::format("{}×{}→{}", N, C, OC), wide = fmt::format("{}×{}→{}", N, C, 2 * OC);
+  // In op order (matmul_forward before matmul_backward), each op's shapes together make its row.
+  EXPECT_EQ(shapes[0].op, "matmul_forward");
+  EXPECT_EQ(shapes[1].op, "matmul_forward");
+  EXPECT_EQ(shapes[2].op, "matmul_backward");
+  EXPECT_EQ(shapes[2].shape, own);
+  EXPECT_EQ(shapes[2].calls, 2u);
+  EXPECT_EQ(shapes[2].flops, find(rows, "matmul_backward")->flops);
+  const OpTimeRow* mf_own = shapes[0].shape == own ? &shapes[0] : &shapes[1];
+  const OpTimeRow* mf_wide = shapes[0].shape == wide ? &shapes[0] : &shapes[1];
+  ASSERT_EQ(mf_own->shape, own);
+  ASSERT_EQ(mf_wide->shape, wide);
+  EXPECT_EQ(mf_own->flops, 2.0 * N * C * OC);
+  EXPECT_EQ(mf_wide->flops, 2.0 * N * C * 2 * OC);
+  EXPECT_EQ(mf_own->calls + mf_wide->calls, find(rows, "matmul_forward")->calls);
+  EXPECT_DOUBLE_EQ(mf_own->seconds + mf_wide->seconds, find(rows, "matmul_forward")->seconds);
+  EXPECT_GE(shapes[0].seconds, shapes[1].seconds);  // an op's shapes longest first
+  times->reset();
+  EXPECT_TRUE(times->shape_rows().empty());
 }
 
 TEST_F(OpTiming, DisabledRecordsNothingAndResetClears) {

@@ -8,9 +8,9 @@ namespace dptrain {
 namespace {
 
 TEST(OpTimesReport, PerStepRowsAndTheRestOfTheStep) {
-  const std::vector<OpTimeRow> rows = {{"matmul_forward", false, 18, 0.6, 1.2e9},
-                                       {"layernorm_forward", false, 10, 0.2, 0},
-                                       {"reduce_add", true, 4, 0.1, 0}};
+  const std::vector<OpTimeRow> rows = {{"matmul_forward", false, 18, 0.6, 1.2e9, ""},
+                                       {"layernorm_forward", false, 10, 0.2, 0, ""},
+                                       {"reduce_add", true, 4, 0.1, 0, ""}};
   // 2 steps of 0.5 s each; peak 4 GFLOP/s.
   const OpTimesReport report = op_times_report(rows, 2, 1.0, 4e9);
   ASSERT_EQ(report.rows.size(), 4u);
@@ -34,6 +34,29 @@ TEST(OpTimesReport, PerStepRowsAndTheRestOfTheStep) {
   EXPECT_NE(text.find("50.0%"), std::string::npos) << text;  // 2 GFLOP/s of a 4 GFLOP/s peak
   EXPECT_NE(text.find("reduce_add (comm thread)"), std::string::npos) << text;
   EXPECT_NE(text.find("total"), std::string::npos) << text;
+}
+
+// The shape rows follow the table under their op's name, with the same per-step figures and the shape.
+TEST(OpTimesReport, ShapeRowsFollowTheTable) {
+  const std::vector<OpTimeRow> rows = {{"matmul_forward", false, 18, 0.6, 1.2e9, ""}};
+  const std::vector<OpTimeRow> shapes = {{"matmul_forward", false, 16, 0.4, 0.8e9, "64×8→12"},
+                                         {"matmul_forward", false, 2, 0.2, 0.4e9, "64×8→50257"}};
+  const OpTimesReport report = op_times_report(rows, 2, 1.0, 4e9, shapes);
+  ASSERT_EQ(report.shape_rows.size(), 2u);
+  const nlohmann::json& head = report.shape_rows[1];
+  EXPECT_EQ(head["op"], "matmul_forward");
+  EXPECT_EQ(head["shape"], "64×8→50257");
+  EXPECT_DOUBLE_EQ(head["calls_per_step"].get<double>(), 1);
+  EXPECT_DOUBLE_EQ(head["ms_per_step"].get<double>(), 100);
+  EXPECT_DOUBLE_EQ(head["share"].get<double>(), 0.2);
+  EXPECT_DOUBLE_EQ(head["gflops"].get<double>(), 2);
+  std::string text;
+  for (const std::string& line : report.lines) text += line + "\n";
+  const std::size_t by_shape = text.find("by shape"), total = text.find("total");
+  ASSERT_NE(by_shape, std::string::npos) << text;
+  EXPECT_LT(total, by_shape) << text;
+  EXPECT_NE(text.find("64×8→50257", by_shape), std::string::npos) << text;
+  EXPECT_EQ(report.rows.size(), 2u);  // the table's rows: matmul_forward and "not in an op", unchanged
 }
 
 TEST(OpTimesReport, NoTimedStep) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "test_support.hpp"
 
@@ -28,8 +30,10 @@ class OpTimesRun : public testing::TinyRunTest {
       if (row["thread"] == "compute") share += row["share"].get<double>();
     }
     EXPECT_NEAR(share, 1.0, 1e-9);
+    by_shape_ = run.summary.value("op_times_by_shape", nlohmann::json::array());
     return rows;
   }
+  nlohmann::json by_shape_;  // the last run's op_times_by_shape
 
   static const nlohmann::json* row(const nlohmann::json& rows, const std::string& op, const std::string& thread) {
     const auto it =
@@ -52,6 +56,13 @@ TEST_F(OpTimesRun, OneRankCountsTheModelsCalls) {
   ASSERT_NE(row(rows, "not in an op", "compute"), nullptr);
   ASSERT_NE(row(rows, "adamw", "compute"), nullptr);
   ASSERT_TRUE((*row(rows, "layernorm_forward", "compute"))["gflops"].is_null());
+  // By shape (tiny: 8 windows of 16 rows, C = 32, V = 256): qkv, the projections, the MLP and the LM head.
+  std::map<std::string, double> forward_calls;
+  for (const auto& r : by_shape_)
+    if (r["op"] == "matmul_forward") forward_calls[r["shape"].get<std::string>()] = r["calls_per_step"].get<double>();
+  const std::map<std::string, double> expected{
+      {"128×32→96", 2}, {"128×32→32", 2}, {"128×32→128", 2}, {"128×128→32", 2}, {"128×32→256", 1}};
+  EXPECT_EQ(forward_calls, expected) << by_shape_.dump();
 }
 
 TEST_F(OpTimesRun, TwoRanksReportTheCommThreadApart) {

@@ -2,6 +2,9 @@
 // backend and, while its OpTimes is enabled, adds the operation's wall time, one call and its FLOPs to a row per
 // operation name.
 //
+// The GEMM-bearing matmuls are also timed by shape (rows × in → out), which tells the model's products apart (the
+// LM head's from the blocks').
+//
 // The time of an operation runs from a wait for the compute stream before it to one after it, so it is the
 // operation's own (on the cpu the wait returns at once; on a GPU timing serialises the compute stream's kernels with
 // the host, while a collective in flight on the comm stream goes on and is not counted).
@@ -14,10 +17,12 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dptrain/compute/backend.hpp"
@@ -54,6 +59,7 @@ struct OpTimeRow {
   std::uint64_t calls = 0;
   double seconds = 0;
   double flops = 0;
+  std::string shape;  // in shape_rows(): the calls' shape, e.g. "2048×768→2304" (rows × in → out)
 };
 
 // The accumulated times. Thread-safe: the comm executor's thread calls reduce_add while the compute thread runs
@@ -64,10 +70,14 @@ class OpTimes {
   OpTimes();
   void set_enabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
-  void add(TimedOp op, double seconds, double flops);
+  // `shape` (the GEMMs': rows × in → out) also adds the call to a row of that op and shape (shape_rows).
+  void add(TimedOp op, double seconds, double flops, const std::string& shape = {});
   void reset();
   // The rows with at least one call: the constructing thread's first, each group by time, longest first.
   std::vector<OpTimeRow> rows() const;
+  // The constructing thread's calls by op and shape, for the ops timed with one: in op order, each op's shapes by
+  // time, longest first. An op's shape rows add up to its row of rows().
+  std::vector<OpTimeRow> shape_rows() const;
 
  private:
   struct Total {
@@ -79,6 +89,7 @@ class OpTimes {
   const std::thread::id owner_;
   mutable std::mutex mutex_;
   std::array<Total, 2 * kOps> totals_{};  // [owner thread ops | other threads' ops]
+  std::map<std::pair<int, std::string>, Total> shapes_;  // (op, shape), the owner thread's calls
 };
 
 // FLOPs of one call of the GEMM-bearing operations (the model's arithmetic, full T×T attention as the cpu backend

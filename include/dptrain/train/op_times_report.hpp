@@ -17,10 +17,13 @@ struct OpTimesReport {
   // thread's operations longest first, then "not in an op" (the step's time outside them), so that the compute
   // rows' shares sum to 1; then the comm thread's operations, whose share of the step overlaps the others.
   nlohmann::json rows = nlohmann::json::array();
+  // The same fields and "shape", for the GEMM-bearing ops by shape (OpTimes::shape_rows), in op order.
+  nlohmann::json shape_rows = nlohmann::json::array();
 };
 
 // `rows` accumulated over `steps` timed steps that took `step_seconds` in all; peak_flops per rank (for the
-// share of peak of the operations with FLOPs).
-OpTimesReport op_times_report(const std::vector<OpTimeRow>& rows, int steps, double step_seconds, double peak_flops);
+// share of peak of the operations with FLOPs). `shape_rows` (OpTimes::shape_rows) follow the table in a second one.
+OpTimesReport op_times_report(const std::vector<OpTimeRow>& rows, int steps, double step_seconds, double peak_flops,
+                              const std::vector<OpTimeRow>& shape_rows = {});
 
 }  // namespace dptrain
