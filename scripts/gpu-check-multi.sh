@@ -6,7 +6,8 @@
 # host of its own (a distinct NCCL_HOSTID), which sends their traffic through host memory (NET/Socket); from 2.30,
 # NCCL_MULTI_RANK_GPU_ENABLE=1 lets them share the device. Either way the figures are of that path, never NVLink's.
 #   1. dpbench --device cuda: all-reduce, ring/tree/native, 1 MiB–256 MiB, -c 1, native as NCCL_ALGO=Ring
-#      NCCL_PROTO=Simple, with NCCL's transport lines (NCCL_DEBUG=INFO) kept in $OUT/dpbench-nccl.txt;
+#      NCCL_PROTO=Simple, with NCCL's transport lines (NCCL_DEBUG=INFO) kept in $OUT/dpbench-nccl.txt; then the ring
+#      alone unpipelined (--ring-piece chunk: one NCCL group per round);
 #   2. training on 2 ranks, small config, 20 steps, --comm-timeout 30, losses compared: W = 2 against W = 1 on the
 #      same global batch, tree and native against ring and ZeRO 1–3 against 0 (fp32 wire: 1e-5 relative on the cpu
 #      backend, the CPU suite's bound, 1e-2 on cuda, whose BF16 activations may round differently; BF16 wire: 1e-2),
@@ -55,6 +56,9 @@ rows = document(os.path.join(out, "dpbench-cuda.json"), [])
 busbw = {(r["size"], r["algo"]): r["busbw"] for r in rows}
 ratio = {str(size): busbw[(size, "ring")] / busbw[(size, "native")]
          for (size, algo) in busbw if algo == "ring" and (size, "native") in busbw and busbw[(size, "native")] > 0}
+chunk_busbw = {r["size"]: r["busbw"] for r in document(os.path.join(out, "dpbench-cuda-chunk.json"), [])}
+ratio_chunk = {str(size): chunk_busbw[size] / busbw[(size, "native")]
+               for size in chunk_busbw if (size, "native") in busbw and busbw[(size, "native")] > 0}
 comparisons = []
 # The cpu backend's activations are fp32, and there the CPU suite's bounds hold (1e-5 between runs whose gradients
 # differ in fp32 rounding only). The cuda backend stores activations in BF16 and cuBLASLt picks its kernels by shape
@@ -84,7 +88,7 @@ for z in range(4):
 summary = {
     **machine(out, nccl),
     "ranks": 2, "ranks_share_one_gpu_by": share,
-    "transport": transport, "ring_vs_native_busbw": ratio,
+    "transport": transport, "ring_vs_native_busbw": ratio, "ring_unpipelined_vs_native_busbw": ratio_chunk,
     "dpbench_wrong": sum(r["wrong"] or 0 for r in rows) if rows else None,
     "training_comparisons": comparisons, "gpt2_124m_two_ranks": runs,
 }
@@ -123,6 +127,13 @@ NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,NET 
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda.txt"
 cat "$OUT"/dpbench-nccl.*.txt > "$OUT/dpbench-nccl.txt" 2>/dev/null; rm -f "$OUT"/dpbench-nccl.*.txt
 tail -22 "$OUT/dpbench-cuda.txt"
+# The ring unpipelined (one group per round, no sub-chunks): with the sweep above it tells the host's cost per
+# NCCL group (a non-blocking communicator starts a thread for each) from the pipelining's gain.
+log "dpbench --device cuda, 2 ranks, ring with --ring-piece chunk"
+NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 60 "$bin/dpbench" --device cuda --op allreduce --algo ring --ring-piece chunk \
+  -b 1M -e 256M -f 4 -n 5 -w 2 --json "$OUT/dpbench-cuda-chunk.json" > "$OUT/dpbench-cuda-chunk.txt" 2>&1
+echo "dpbench exit $?" >> "$OUT/dpbench-cuda-chunk.txt"
+tail -6 "$OUT/dpbench-cuda-chunk.txt"
 
 # ---- 2. correctness of training on two ranks ----------------------------------------------------------------------
 python3 - "$OUT/corpus.txt" <<'PY'
