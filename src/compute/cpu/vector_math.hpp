@@ -51,11 +51,12 @@ inline float exp_poly(float x) {
   return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
 }
 
-// Σ_{i<n} term(i) in 8 lanes (lane i mod 8) added as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
-template <typename Term>
-inline float lane_sum(std::size_t n, Term term) {
+// Σ_{i<n} term(i) in 8 lanes (lane i mod 8) added as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)), in T (float or
+// double).
+template <typename T = float, typename Term>
+inline T lane_sum(std::size_t n, Term term) {
   constexpr std::size_t kLanes = 8;
-  float lanes[kLanes] = {};
+  T lanes[kLanes] = {};
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (std::size_t l = 0; l < kLanes; ++l) lanes[l] += term(i + l);
