@@ -4,10 +4,12 @@
 // as arguments and compute in fp32 (master, m, v) and double (the sum of squares) on every backend, so the
 // tolerances are those of fp32 arithmetic whatever the backend's activation dtype.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "backend_fixture.hpp"
@@ -224,6 +226,30 @@ TEST_P(Optimizer, SumOfSquaresAdds) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, Optimizer, ::testing::ValuesIn(test::backends_under_test()),
                          test::TestName());
+
+// The cpu backend's squared norm sums fixed blocks in fixed lanes: 1, 2 and 3 threads give the same bits (the
+// global norm, and with it clipping, must not depend on --threads).
+TEST(CpuSumOfSquares, TheSameBitsForAnyThreadCount) {
+  std::mt19937 rng(17);
+  const auto g = uniform(rng, 3 * 4096 + 77, -3, 3);
+  std::vector<bf16> g16(g.size());
+  dptrain::to_bf16(g.data(), g16.data(), g.size());
+  auto squares = [&](int threads, DType dtype) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    double acc = 0;
+    make_cpu_backend()->sum_of_squares(dtype == DType::f32 ? static_cast<const void*>(g.data()) : g16.data(),
+                                       g.size(), dtype, &acc);
+    omp_set_num_threads(saved);
+    return acc;
+  };
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const double one = squares(1, dtype);
+    EXPECT_GT(one, 0.0);
+    EXPECT_EQ(squares(2, dtype), one);
+    EXPECT_EQ(squares(3, dtype), one);
+  }
+}
 
 }  // namespace
 }  // namespace dptrain
