@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include <stdexcept>
+
 #include "dptrain/comm/mpi_transport.hpp"
 #if DPTRAIN_HAVE_NCCL
 #include "dptrain/comm/nccl_transport.hpp"
@@ -37,6 +39,12 @@ RunTransport connect_run_transport(Backend& backend, Algorithm algorithm, Stream
   }
 #endif
   (void)comm_stream, (void)gpu, (void)timeout_s;
+  // MPI moves host memory only (its sends, receives and reductions read the buffers on the host): a device whose
+  // memory the host cannot touch never gets here with more than one rank (multi_rank_unsupported refuses it).
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world > 1 && !backend.device().host_accessible())
+    throw std::logic_error("connect_run_transport: MPI collectives on device memory the host cannot reach");
   run.name = "MPI";
   run.transport = std::make_unique<MpiTransport>();
   run.collectives = make_collectives(
