@@ -37,7 +37,7 @@ OpTimesReport op_times_report(const std::vector<OpTimeRow>& rows, int steps, dou
                           {"gflops", flops > 0 ? nlohmann::json(rate / 1e9) : nlohmann::json()}};
   };
   auto add = [&](const std::string& op, bool comm, double calls, double seconds, double flops) {
-    report.rows.push_back(row(op, comm ? op + " (comm thread)" : op, comm, double(calls), seconds, flops));
+    report.rows.push_back(row(op, comm ? op + " (comm thread)" : op, comm, calls, seconds, flops));
   };
   double in_ops = 0;
   for (const OpTimeRow& r : rows) {

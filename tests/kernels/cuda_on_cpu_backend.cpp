@@ -4,8 +4,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cstdint>
-#include <stdexcept>
 #include <vector>
 
 #include "dptrain/core/bf16.hpp"
@@ -55,14 +53,13 @@ std::vector<float> widen(const void* data, std::size_t n, DType dtype) {
 class BlasGemm final : public GemmRunner {
  public:
   void run(const GemmPlan& p, std::initializer_list<GemmTensor> tensors, DType d_type, const void* bias) override {
+    check_gemm_bias(p, bias);  // as cuBLASLt would need it
     const auto* A = static_cast<const bf16*>(gemm_tensor(tensors, p.a));
     const auto* B = static_cast<const bf16*>(gemm_tensor(tensors, p.b));
     auto* D = static_cast<std::byte*>(const_cast<void*>(gemm_tensor(tensors, p.c)));
     const bool ta = p.transa == GemmOp::T, tb = p.transb == GemmOp::T;
     const std::size_t a_span = span(ta ? p.k : p.m, ta ? p.m : p.k, p.lda);
     const std::size_t b_span = span(tb ? p.n : p.k, tb ? p.k : p.n, p.ldb), d_span = span(p.m, p.n, p.ldc);
-    if (reinterpret_cast<std::uintptr_t>(bias) % kBiasAlignment != 0)
-      throw std::logic_error("GEMM: a bias not 16-byte aligned (cuBLASLt's epilogue loads it in 16-byte vectors)");
     const std::vector<float> bias32 = bias ? widen(bias, std::size_t(p.m), DType::bf16) : std::vector<float>{};
     for (std::int64_t i = 0; i < p.batch; ++i) {
       const std::vector<float> a = widen(A + i * p.stride_a, a_span, DType::bf16);

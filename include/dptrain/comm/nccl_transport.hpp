@@ -81,6 +81,9 @@ class NcclTransport final : public Transport, private StepStreams {
   void record_reduces(std::size_t step) override;
   void finish() override;
 
+  // A communicator over the ranks of mpi_comm_ into `into` (collective): rank 0's ncclUniqueId broadcast, then
+  // ncclCommInitRankConfig, blocking or not.
+  void connect(ncclComm*& into, bool blocking);
   void issue_native(ncclComm* comm, CollectiveOp op, void* data, std::size_t count, DType dtype);
   // Makes one NCCL call on the communicator (unless it was aborted) and waits for it to settle: in non-blocking mode
   // a call may still be in progress. Throws (after aborting) on an error or past the deadline.

@@ -27,17 +27,7 @@ NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, dou
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   make_current();
-  ncclUniqueId id{};
-  if (rank_ == 0) settle("ncclGetUniqueId", [&] { return int(ncclGetUniqueId(&id)); });
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // calls return at once; settle() waits, watching the deadline, and can abort
-  settle("ncclCommInitRankConfig", [&] {
-    ncclComm_t nccl = nullptr;
-    const ncclResult_t init = ncclCommInitRankConfig(&nccl, size_, id, rank_, &config);
-    comm_ = nccl;  // set even while in progress: settle() polls it
-    return int(init);
-  });
+  connect(comm_, /*blocking=*/false);  // calls return at once; settle() waits, watching the deadline, and can abort
   DP_CUDA(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
   DP_CUDA(cudaEventCreateWithFlags(&transferred_, cudaEventDisableTiming));
   DP_CUDA(cudaEventCreate(&started_));
@@ -72,6 +62,20 @@ NcclTransport::~NcclTransport() {
   for (CUevent_st* event : {transferred_, started_, ended_})
     if (event != nullptr) cudaEventDestroy(event);
   if (reduce_stream_ != nullptr) cudaStreamDestroy(reduce_stream_);
+}
+
+void NcclTransport::connect(ncclComm*& into, bool blocking) {
+  ncclUniqueId id{};
+  if (rank_ == 0) settle("ncclGetUniqueId", [&] { return int(ncclGetUniqueId(&id)); });
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = blocking ? 1 : 0;
+  settle("ncclCommInitRankConfig", [&] {
+    ncclComm_t nccl = nullptr;
+    const ncclResult_t init = ncclCommInitRankConfig(&nccl, size_, id, rank_, &config);
+    into = nccl;  // set even while in progress: settle() polls comm_
+    return int(init);
+  });
 }
 
 std::string NcclTransport::version() {
@@ -286,17 +290,7 @@ void NcclTransport::native(CollectiveOp op, void* data, std::size_t count, DType
 std::optional<double> NcclTransport::simulated_seconds(CollectiveOp op, std::size_t count, DType dtype, void* data) {
   require_native_chunks(op, count, size_);
   make_current();
-  if (simulation_comm_ == nullptr) {
-    ncclUniqueId id{};
-    if (rank_ == 0) settle("ncclGetUniqueId", [&] { return int(ncclGetUniqueId(&id)); });
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_);
-    settle("ncclCommInitRank (simulation)", [&] {
-      ncclComm_t blocking = nullptr;
-      const ncclResult_t init = ncclCommInitRank(&blocking, size_, id, rank_);
-      simulation_comm_ = blocking;
-      return int(init);
-    });
-  }
+  if (simulation_comm_ == nullptr) connect(simulation_comm_, /*blocking=*/true);
   settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
   issue_native(simulation_comm_, op, data, count, dtype);
   ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;

@@ -148,10 +148,10 @@ class Bf16Backend final : public Backend {
   void reserve_scratch(const ModelConfig& c, std::size_t rows) override {
     const std::size_t T = std::size_t(c.seq), C = std::size_t(c.width), NH = std::size_t(c.heads), B = rows / T;
     scratch_.reserve(std::max({total_bytes(attention_forward_scratch(B, T, C, NH)),
-                               aligned(4 * C * sizeof(bf16)),
                                total_bytes(attention_backward_scratch(B, T, C, NH)),
                                aligned(kernels_->layernorm_backward_scratch_bytes(rows, C)),
                                aligned(kernels_->bias_backward_scratch_bytes(rows, 4 * C)),
+                               aligned(4 * C * sizeof(bf16)),
                                aligned(kernels_->sum_of_squares_scratch_bytes(ParameterLayout(c).total()))}));
   }
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }

@@ -29,5 +29,8 @@ class GemmRunner {
 
 // The tensor given for `role` (std::logic_error naming the role where none was).
 const void* gemm_tensor(std::initializer_list<GemmTensor> tensors, GemmOperand role);
+// std::logic_error unless `bias` is given exactly where the plan adds one, kBiasAlignment-aligned: what every
+// GemmRunner::run checks first.
+void check_gemm_bias(const GemmPlan& plan, const void* bias);
 
 }  // namespace dptrain

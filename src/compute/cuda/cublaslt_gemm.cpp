@@ -76,9 +76,7 @@ const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key) {
 void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d, const void* bias) {
   const void *A = gemm_tensor(tensors, plan.a), *B = gemm_tensor(tensors, plan.b);
   void* D = const_cast<void*>(gemm_tensor(tensors, plan.c));
-  if (plan.bias_epilogue != (bias != nullptr)) throw std::logic_error("GEMM: bias given iff the plan adds one");
-  if (reinterpret_cast<std::uintptr_t>(bias) % kBiasAlignment != 0)
-    throw std::logic_error("GEMM: a bias not 16-byte aligned (cuBLASLt's epilogue loads it in 16-byte vectors)");
+  check_gemm_bias(plan, bias);
   const cudaDataType_t d_type = d == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const Prepared& p = prepare({plan, int(d_type), alignment_of(A, plan.lda, plan.stride_a, 2),
                                alignment_of(B, plan.ldb, plan.stride_b, 2),
