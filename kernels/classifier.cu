@@ -25,10 +25,10 @@ __device__ void block_softmax_merge(float& m, float& s) {
 }  // namespace
 
 __global__ void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                   std::size_t V) {
+                                   std::size_t V, std::size_t ld) {
   const std::size_t n = blockIdx.x;
   if (n >= N) return;  // the whole block
-  bf16* row = logits + n * V;
+  bf16* row = logits + n * ld;
   const std::size_t target = std::size_t(targets[n]);
   // Read before the merge's __syncthreads: after it the row is overwritten.
   const float x_target = to_f32(row[target]);
@@ -59,10 +59,10 @@ __global__ void loss_sum(double* acc, const float* losses, std::size_t N) {
 }
 
 __global__ void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                    std::size_t N, std::size_t V) {
+                                    std::size_t N, std::size_t V, std::size_t ld) {
   const std::size_t n = blockIdx.x;
   if (n >= N) return;
-  bf16* row = probs + n * V;
+  bf16* row = probs + n * ld;
   const std::size_t target = std::size_t(targets[n]);
   for (std::size_t j = threadIdx.x; j < V; j += blockDim.x) {
     const float p_minus_onehot = j == target ? expm1f(-losses[n]) : to_f32(row[j]);

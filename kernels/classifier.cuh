@@ -8,16 +8,16 @@ namespace dptrain::kernels {
 // logits [N,V] become the softmax probabilities in place (BF16; max and Σexp in fp32, one online pass plus the
 // writing pass); losses[n] = −log p[targets[n]], computed in fp32 from the fp32 logits (never from a rounded
 // probability, so a loss near 0 keeps its relative accuracy) and capped at −log(1e-30) as the cpu backend does.
-// targets[n] must lie in [0, V). One block per row.
+// targets[n] must lie in [0, V). One block per row; rows ld ≥ V elements apart (the columns past V untouched).
 __global__ void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                   std::size_t V);
+                                   std::size_t V, std::size_t ld);
 // *acc += Σ losses[N], in double, by a fixed tree: one block.
 __global__ void loss_sum(double* acc, const float* losses, std::size_t N);
 // probs [N,V] (what classifier_forward left) become the dlogits in place: (p − [j = target])·dloss. At the target,
 // p − 1 is recomputed in fp32 as expm1(−losses[n]) (a stored BF16 probability near 1 would lose it); elsewhere p is
-// the stored BF16 probability. One block per row.
+// the stored BF16 probability. One block per row, rows ld elements apart as in forward.
 __global__ void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                    std::size_t N, std::size_t V);
+                                    std::size_t N, std::size_t V, std::size_t ld);
 
 // classifier_forward and classifier_backward: one block of 512 threads per row.
 constexpr unsigned kClassifierThreads = 512;

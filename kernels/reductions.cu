@@ -20,12 +20,12 @@ __global__ void sum_partials(float* out0, float* out1, const float* partials, st
 }
 
 // A thread per column (columns tid, tid + blockDim, …), the block's rows in order.
-__global__ void bias_backward(float* partials, const bf16* dout, std::size_t N, std::size_t OC) {
+__global__ void bias_backward(float* partials, const bf16* dout, std::size_t N, std::size_t OC, std::size_t ld) {
   const std::size_t rows = partial_rows(N, gridDim.x), first = std::size_t(blockIdx.x) * rows;
   const std::size_t last = first + rows < N ? first + rows : N;
   for (std::size_t o = threadIdx.x; o < OC; o += blockDim.x) {
     float sum = 0.0f;
-    for (std::size_t r = first; r < last; ++r) sum += to_f32(dout[r * OC + o]);
+    for (std::size_t r = first; r < last; ++r) sum += to_f32(dout[r * ld + o]);
     partials[std::size_t(blockIdx.x) * OC + o] = sum;
   }
 }

@@ -37,6 +37,15 @@ GemmPlan row_major_product(GemmOperand d, Factor x, Factor y, std::size_t rows, 
   return plan;
 }
 
+// The plan with `operand`'s rows ld elements apart instead of contiguous (ld at least its row length): the ld of
+// whichever of A, B, C holds it.
+GemmPlan with_row_length(GemmPlan plan, GemmOperand operand, std::size_t ld) {
+  i64& plan_ld = plan.a == operand ? plan.lda : plan.b == operand ? plan.ldb : plan.ldc;
+  DP_ASSERT((plan.a == operand || plan.b == operand || plan.c == operand) && i64(ld) >= plan_ld);
+  plan_ld = i64(ld);
+  return plan;
+}
+
 // The plan repeated over `batch` arrays of each operand laid one after another: every stride is its operand's
 // whole matrix as stored (ld × columns), even for a batch of one.
 GemmPlan batched(GemmPlan plan, std::size_t batch) {
@@ -90,21 +99,24 @@ std::string_view operand_name(GemmOperand operand) {
   return "?";
 }
 
-GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, bool bias) {
+GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out, bool bias) {
   // out[N,OC] = in[N,C]·weight[OC,C]ᵀ
-  GemmPlan plan = row_major_product(O::out, {O::in, kN}, {O::weight, kT}, N, OC, C, 1.0f, 0.0f);
+  GemmPlan plan =
+      with_row_length(row_major_product(O::out, {O::in, kN}, {O::weight, kT}, N, OC, C, 1.0f, 0.0f), O::out, ld_out);
   plan.bias_epilogue = bias;
   return plan;
 }
 
-GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC) {
+GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
   // din[N,C] += dout[N,OC]·weight[OC,C]
-  return row_major_product(O::din, {O::dout, kN}, {O::weight, kN}, N, C, OC, 1.0f, 1.0f);
+  return with_row_length(row_major_product(O::din, {O::dout, kN}, {O::weight, kN}, N, C, OC, 1.0f, 1.0f), O::dout,
+                         ld_out);
 }
 
-GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC) {
+GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
   // dweight[OC,C] += dout[N,OC]ᵀ·in[N,C]
-  return row_major_product(O::dweight, {O::dout, kT}, {O::in, kN}, OC, C, N, 1.0f, 1.0f);
+  return with_row_length(row_major_product(O::dweight, {O::dout, kT}, {O::in, kN}, OC, C, N, 1.0f, 1.0f), O::dout,
+                         ld_out);
 }
 
 GemmPlan attention_scores_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {

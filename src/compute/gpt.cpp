@@ -47,7 +47,7 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
                    a.add(name("fch_gelu"), N * 4 * C, A), a.add(name("out"), N * C, A)});
   }
   const auto lnf = a.add("lnf", N * C, A), lnf_mean = a.add("lnf_mean", N, F), lnf_rstd = a.add("lnf_rstd", N, F);
-  const auto logits = a.add("logits", N * V, A), losses = a.add("losses", N, F);
+  const auto logits = a.add("logits", N * c.logits_row_length(), A), losses = a.add("losses", N, F);
   const auto head_grad = a.add("head_grad", V * C, grad_bytes_);
   const auto d_stream = a.add("d_stream", N * C, A), d_ln = a.add("d_ln", N * C, A);
   const auto d_qkv = a.add("d_qkv", N * 3 * C, A), d_atty = a.add("d_atty", N * C, A);
@@ -101,7 +101,7 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
   n_ = n;
   if (n == 0) return walk_weights(weights);
   const ModelConfig& c = layout_.config();
-  const std::size_t T = c.seq, C = c.width, V = c.vocab, NH = c.heads, N = n * T;
+  const std::size_t T = c.seq, C = c.width, V = c.vocab, Vp = c.logits_row_length(), NH = c.heads, N = n * T;
   // Inputs [:, :Q] and targets [:, 1:] side by side on the host, then one upload (they are adjacent in the arena
   // only when n = max_windows, so two).
   for (std::size_t w = 0; w < n; ++w) {
@@ -123,14 +123,14 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
     const void* W = weights.acquire(r);
     auto w = [&](std::size_t offset) { return weight_at(W, r, offset); };
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w(p.ln1_w), w(p.ln1_b), N, C);
-    be.matmul_forward(a.qkv, a.ln1, w(p.qkv_w), w(p.qkv_b), N, T, C, 3 * C);
+    be.matmul_forward(a.qkv, a.ln1, w(p.qkv_w), w(p.qkv_b), N, T, C, 3 * C, 3 * C);
     be.attention_forward(a.atty, a.probs, a.qkv, n, T, C, NH);
-    be.matmul_forward(a.res2, a.atty, w(p.attn_proj_w), w(p.attn_proj_b), N, T, C, C);
+    be.matmul_forward(a.res2, a.atty, w(p.attn_proj_w), w(p.attn_proj_b), N, T, C, C, C);
     be.accumulate(a.res2, x, N * C, be.activation_dtype());
     be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w(p.ln2_w), w(p.ln2_b), N, C);
-    be.matmul_forward(a.fch, a.ln2, w(p.fc_w), w(p.fc_b), N, T, C, 4 * C);
+    be.matmul_forward(a.fch, a.ln2, w(p.fc_w), w(p.fc_b), N, T, C, 4 * C, 4 * C);
     be.gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
-    be.matmul_forward(a.out, a.fch_gelu, w(p.fc_proj_w), w(p.fc_proj_b), N, T, 4 * C, C);
+    be.matmul_forward(a.out, a.fch_gelu, w(p.fc_proj_w), w(p.fc_proj_b), N, T, 4 * C, C, C);
     be.accumulate(a.out, a.res2, N * C, be.activation_dtype());
     weights.release(r);
     x = a.out;
@@ -141,16 +141,16 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
                        weight_at(F, fin, layout_.lnf_b()), N, C);
   weights.release(fin);
   const void* head = weights.acquire(emb);  // the tied head
-  be.matmul_forward(logits_, lnf_, weight_at(head, emb, layout_.wte()), nullptr, N, T, C, V);
+  be.matmul_forward(logits_, lnf_, weight_at(head, emb, layout_.wte()), nullptr, N, T, C, V, Vp);
   weights.release(emb);
   weights.release(emb);
-  be.softmax_cross_entropy_forward(logits_, losses_, targets_, N, V, loss_sum);
+  be.softmax_cross_entropy_forward(logits_, losses_, targets_, N, V, Vp, loss_sum);
 }
 
 void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const GradientReady& ready,
                    bool completes_gradient) {
   const ModelConfig& c = layout_.config();
-  const std::size_t T = c.seq, C = c.width, V = c.vocab, NH = c.heads, N = n_ * T;
+  const std::size_t T = c.seq, C = c.width, V = c.vocab, Vp = c.logits_row_length(), NH = c.heads, N = n_ * T;
   Backend& be = backend_;
   auto g = [&](std::size_t offset) { return grad_at(G, offset); };
   auto zero = [&](void* data, std::size_t elements) { device_.zero(data, elements * act_bytes_); };
@@ -159,13 +159,14 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
   };
 
   // LM head (tied to wte) and final LayerNorm.
-  be.softmax_cross_entropy_backward(logits_, losses_, targets_, dloss, N, V);
+  be.softmax_cross_entropy_backward(logits_, losses_, targets_, dloss, N, V, Vp);
   zero(d_ln_, N * C);
   const FlatRange emb = layout_.embeddings();
   const void* head = weights.acquire(emb);
   // The tied wte gets two terms, the head's now and the embedding lookup's last. The head's is summed apart and
   // added once the gradient is complete, so each term is a sum in window order however the batch is split.
-  be.matmul_backward(d_ln_, head_grad_, nullptr, logits_, lnf_, weight_at(head, emb, layout_.wte()), N, T, C, V);
+  be.matmul_backward(d_ln_, head_grad_, nullptr, logits_, lnf_, weight_at(head, emb, layout_.wte()), N, T, C, V,
+                     Vp);
   weights.release(emb);
   zero(d_stream_, N * C);
   const FlatRange fin = layout_.final_norm();
@@ -188,21 +189,21 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
     // MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))).
     zero(d_fch_gelu_, N * 4 * C);
     be.matmul_backward(d_fch_gelu_, g(p.fc_proj_w), g(p.fc_proj_b), d_stream_, a.fch_gelu, w(p.fc_proj_w), N, T,
-                       4 * C, C);
+                       4 * C, C, C);
     zero(d_fch_, N * 4 * C);
     be.gelu_backward(d_fch_, a.fch, d_fch_gelu_, N * 4 * C);
     zero(d_ln_, N * C);
-    be.matmul_backward(d_ln_, g(p.fc_w), g(p.fc_b), d_fch_, a.ln2, w(p.fc_w), N, T, C, 4 * C);
+    be.matmul_backward(d_ln_, g(p.fc_w), g(p.fc_b), d_fch_, a.ln2, w(p.fc_w), N, T, C, 4 * C, 4 * C);
     be.layernorm_backward(d_stream_, g(p.ln2_w), g(p.ln2_b), d_ln_, a.res2, w(p.ln2_w), a.ln2_mean, a.ln2_rstd, N,
                           C);
     // Attention branch: res2 = x + attn_proj(attention(qkv(ln1(x)))).
     zero(d_atty_, N * C);
     be.matmul_backward(d_atty_, g(p.attn_proj_w), g(p.attn_proj_b), d_stream_, a.atty, w(p.attn_proj_w), N, T, C,
-                       C);
+                       C, C);
     zero(d_qkv_, N * 3 * C);
     be.attention_backward(d_qkv_, d_atty_, a.qkv, a.probs, n_, T, C, NH);
     zero(d_ln_, N * C);
-    be.matmul_backward(d_ln_, g(p.qkv_w), g(p.qkv_b), d_qkv_, a.ln1, w(p.qkv_w), N, T, C, 3 * C);
+    be.matmul_backward(d_ln_, g(p.qkv_w), g(p.qkv_b), d_qkv_, a.ln1, w(p.qkv_w), N, T, C, 3 * C, 3 * C);
     be.layernorm_backward(d_stream_, g(p.ln1_w), g(p.ln1_b), d_ln_, x, w(p.ln1_w), a.ln1_mean, a.ln1_rstd, N, C);
     weights.release(r);
     notify(r);

@@ -155,14 +155,14 @@ class OpTimingBackend final : public Backend {
           [&] { inner_->layernorm_backward(din, dw, db, dout, in, w, mean, rstd, N, C); });
   }
   void matmul_forward(void* out, const void* in, const void* w, const void* bias, std::size_t N, std::size_t T,
-                      std::size_t C, std::size_t OC) override {
+                      std::size_t C, std::size_t OC, std::size_t ld_out) override {
     timed(TimedOp::matmul_forward, matmul_forward_flops(N, C, OC),
-          [&] { inner_->matmul_forward(out, in, w, bias, N, T, C, OC); }, gemm_shape(N, C, OC));
+          [&] { inner_->matmul_forward(out, in, w, bias, N, T, C, OC, ld_out); }, gemm_shape(N, C, OC));
   }
   void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
-                       std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
+                       std::size_t N, std::size_t T, std::size_t C, std::size_t OC, std::size_t ld_out) override {
     timed(TimedOp::matmul_backward, matmul_backward_flops(N, C, OC, din != nullptr),
-          [&] { inner_->matmul_backward(din, dw, dbias, dout, in, w, N, T, C, OC); }, gemm_shape(N, C, OC));
+          [&] { inner_->matmul_backward(din, dw, dbias, dout, in, w, N, T, C, OC, ld_out); }, gemm_shape(N, C, OC));
   }
   void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
                          std::size_t NH) override {
@@ -184,14 +184,14 @@ class OpTimingBackend final : public Backend {
     timed(TimedOp::accumulate, 0, [&] { inner_->accumulate(out, a, n, dtype); });
   }
   void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                     std::size_t V, double* loss_sum) override {
+                                     std::size_t V, std::size_t ld, double* loss_sum) override {
     timed(TimedOp::softmax_cross_entropy_forward, 0,
-          [&] { inner_->softmax_cross_entropy_forward(logits, losses, targets, N, V, loss_sum); });
+          [&] { inner_->softmax_cross_entropy_forward(logits, losses, targets, N, V, ld, loss_sum); });
   }
   void softmax_cross_entropy_backward(void* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                      std::size_t N, std::size_t V) override {
+                                      std::size_t N, std::size_t V, std::size_t ld) override {
     timed(TimedOp::softmax_cross_entropy_backward, 0,
-          [&] { inner_->softmax_cross_entropy_backward(probs, losses, targets, dloss, N, V); });
+          [&] { inner_->softmax_cross_entropy_backward(probs, losses, targets, dloss, N, V, ld); });
   }
   void cast(const void* in, DType from, void* out, DType to, std::size_t n) override {
     timed(TimedOp::cast, 0, [&] { inner_->cast(in, from, out, to, n); });

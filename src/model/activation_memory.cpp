@@ -14,15 +14,15 @@ constexpr double kAlignment = 256;  // Memory::kAlignment
 }  // namespace
 
 double activation_arena_bytes(const ModelConfig& c, double windows, double A, double G) {
-  const double N = windows * c.seq, C = c.width, T = c.seq, V = c.vocab, F = 4, I = 4;
+  const double N = windows * c.seq, C = c.width, T = c.seq, V = c.vocab, Vp = c.logits_row_length(), F = 4, I = 4;
   std::vector<double> tensors = {N * I, N * I, N * C * A};  // inputs, targets, embedded
   const double probs = windows * c.heads * T * T * A;
   // Per block: ln1, its mean and rstd, qkv, probs, atty, res2, ln2, its mean and rstd, fch, fch_gelu, out.
   const std::vector<double> block = {N * C * A, N * F,     N * F, 3 * N * C * A, probs, N * C * A, N * C * A,
                                      N * C * A, N * F,     N * F, 4 * N * C * A, 4 * N * C * A, N * C * A};
   for (int l = 0; l < c.layers; ++l) tensors.insert(tensors.end(), block.begin(), block.end());
-  // lnf, its mean and rstd, logits, losses, the head's gradient, then the backward scratch.
-  for (double b : {N * C * A, N * F, N * F, N * V * A, N * F, V * C * G, N * C * A, N * C * A, 3 * N * C * A,
+  // lnf, its mean and rstd, logits (rows of Vp), losses, the head's gradient, then the backward scratch.
+  for (double b : {N * C * A, N * F, N * F, N * Vp * A, N * F, V * C * G, N * C * A, N * C * A, 3 * N * C * A,
                    N * C * A, 4 * N * C * A, 4 * N * C * A})
     tensors.push_back(b);
   // Every tensor starts at an aligned offset; the last one ends the arena.

@@ -42,9 +42,9 @@ Matmuls run(int threads, std::size_t per_call, const std::string& gemm = "openbl
   for (std::size_t first = 0; first < kWindows; first += per_call) {
     const std::size_t windows = std::min(per_call, kWindows - first), rows = first * kT;
     backend->matmul_forward(m.out.data() + rows * kOC, in.data() + rows * kC, w.data(), bias.data(), windows * kT, kT,
-                            kC, kOC);
+                            kC, kOC, kOC);
     backend->matmul_backward(m.din.data() + rows * kC, m.dw.data(), m.dbias.data(), dout.data() + rows * kOC,
-                             in.data() + rows * kC, w.data(), windows * kT, kT, kC, kOC);
+                             in.data() + rows * kC, w.data(), windows * kT, kT, kC, kOC, kOC);
   }
   omp_set_num_threads(saved);
   return m;

@@ -10,12 +10,14 @@
 #include <cublasLt.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "dptrain/compute/gemm_plan.hpp"
+#include "dptrain/model/config.hpp"
 
 namespace dptrain::cuda {
 namespace {
@@ -94,14 +96,17 @@ const Shape kShapes[] = {
 std::vector<GemmPlan> model_plans(const Shape& s) {
   std::vector<GemmPlan> plans;
   const std::size_t N = s.B * s.T;
-  // The model's matmuls: qkv, attention projection, MLP up and down, the classifier (tied embedding, no bias).
-  const std::pair<std::size_t, std::size_t> matmuls[] = {
-      {s.C, 3 * s.C}, {s.C, s.C}, {s.C, 4 * s.C}, {4 * s.C, s.C}, {s.C, s.V}};
-  for (const auto& [C, OC] : matmuls)
+  // The model's matmuls: qkv, attention projection, MLP up and down, the classifier (tied embedding, no bias; its
+  // logits in rows of the padded length).
+  const ModelConfig config{.vocab = int(s.V)};
+  const std::size_t Vp = std::size_t(config.logits_row_length());
+  const std::array<std::size_t, 3> matmuls[] = {
+      {s.C, 3 * s.C, 3 * s.C}, {s.C, s.C, s.C}, {s.C, 4 * s.C, 4 * s.C}, {4 * s.C, s.C, s.C}, {s.C, s.V, Vp}};
+  for (const auto& [C, OC, ld_out] : matmuls)
     for (std::size_t rows : {N, s.T}) {  // the whole micro-batch, or one window
-      plans.push_back(matmul_forward_plan(rows, C, OC, OC != s.V));
-      plans.push_back(matmul_backward_input_plan(rows, C, OC));
-      plans.push_back(matmul_backward_weight_plan(rows, C, OC));
+      plans.push_back(matmul_forward_plan(rows, C, OC, ld_out, OC != s.V));
+      plans.push_back(matmul_backward_input_plan(rows, C, OC, ld_out));
+      plans.push_back(matmul_backward_weight_plan(rows, C, OC, ld_out));
     }
   for (auto attention : {attention_scores_plan, attention_output_plan, attention_dprobs_plan, attention_dv_plan,
                          attention_dq_plan, attention_dk_plan})
@@ -118,7 +123,7 @@ TEST(CublasLtDescriptors, EveryPlanOfTheModelIsAcceptedAndReadsBackAsPlanned) {
 }
 
 TEST(CublasLtDescriptors, AnInvalidPlanIsRefusedWithWhatIsWrong) {
-  GemmPlan p = matmul_forward_plan(4, 16, 8, false);
+  GemmPlan p = matmul_forward_plan(4, 16, 8, 8, false);
   p.lda = 15;
   try {
     CublasLtDescriptors described(p, CUDA_R_16BF);

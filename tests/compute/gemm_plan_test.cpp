@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -81,15 +82,16 @@ struct Product {
   bool y_transposed;
 };
 
-// The row-major [rows, cols] of one batch member of an operand.
+// The row-major [rows, cols] of one batch member of an operand, its rows ld ≥ cols elements apart.
 struct Dims {
-  std::size_t rows, cols;
+  std::size_t rows, cols, ld;
 };
 using DimsOf = std::function<Dims(O)>;
 
 // Replays the plan and expects t[output][b][r][c] = alpha·Σ_l op(X)[b][r][l]·op(Y)[b][l][c] + beta·before[b][r][c]
-// + bias[c], written as plain loops over the row-major arrays, within the bound in the file comment. alpha and
-// beta are the product's, checked against the plan's.
+// + bias[c], written as plain loops over the row-major arrays, within the bound in the file comment, and the
+// output's columns past cols (its rows' padding) as they were. alpha and beta are the product's, checked against
+// the plan's.
 void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product, const DimsOf& dims,
                            std::size_t batch, float alpha, float beta, const std::vector<float>* bias = nullptr) {
   EXPECT_EQ(p.c, product.output);
@@ -107,15 +109,20 @@ void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product
   ASSERT_EQ(cols, d.cols);
   // Element (i, j) of op(F) in batch member b.
   const auto element = [&t](O f, Dims dim, bool transposed, std::size_t b, std::size_t i, std::size_t j) {
-    return double(transposed ? t.at(f)[(b * dim.rows + j) * dim.cols + i] : t.at(f)[(b * dim.rows + i) * dim.cols + j]);
+    return double(transposed ? t.at(f)[(b * dim.rows + j) * dim.ld + i] : t.at(f)[(b * dim.rows + i) * dim.ld + j]);
   };
   const std::vector<float>& got = t.at(product.output);
-  ASSERT_EQ(got.size(), batch * rows * cols);
+  ASSERT_EQ(got.size(), batch * rows * d.ld);
   int wrong = 0;
   for (std::size_t b = 0; b < batch; ++b)
-    for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = cols; c < d.ld; ++c) {
+        const std::size_t at = (b * rows + r) * d.ld + c;
+        if (std::bit_cast<std::uint32_t>(got[at]) != std::bit_cast<std::uint32_t>(before[at]) && ++wrong <= 5)
+          ADD_FAILURE() << "padding [" << b << "," << r << "," << c << "] changed to " << got[at];
+      }
       for (std::size_t c = 0; c < cols; ++c) {
-        const std::size_t at = (b * rows + r) * cols + c;
+        const std::size_t at = (b * rows + r) * d.ld + c;
         double sum = 0.0, magnitude = 0.0;
         for (std::size_t l = 0; l < inner; ++l) {
           const double term = double(alpha) * element(product.x, x, product.x_transposed, b, r, l) *
@@ -136,6 +143,7 @@ void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product
           ADD_FAILURE() << "element [" << b << "," << r << "," << c << "]: got " << got[at] << ", reference " << sum
                         << ", bound " << bound;
       }
+    }
   EXPECT_EQ(wrong, 0);
 }
 
@@ -144,24 +152,33 @@ void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product
 // that the plan must overwrite with kUnwritten, outputs it accumulates into with random values.
 
 struct MatmulShape {
-  std::size_t N, C, OC;
+  std::size_t N, C, OC, ld_out;
   std::size_t batch() const { return 1; }
   float scale() const { return 1.0f; }  // no matmul product is scaled
-  // in, din [N,C]; weight, dweight [OC,C]; out, dout [N,OC]
+  // in, din [N,C]; weight, dweight [OC,C]; out, dout [N,OC] in rows of ld_out
   Dims dims(O o) const {
-    return {o == O::weight || o == O::dweight ? OC : N, o == O::out || o == O::dout ? OC : C};
+    if (o == O::out || o == O::dout) return {N, OC, ld_out};
+    return {o == O::weight || o == O::dweight ? OC : N, C, C};
   }
+  // dout's padding is NaN, which any product that read it would carry into its result.
   Tensors random_tensors(std::mt19937& rng) const {
-    return {{O::in, random_floats(N * C, rng)},    {O::weight, random_floats(OC * C, rng)},
-            {O::dout, random_floats(N * OC, rng)}, {O::out, std::vector<float>(N * OC, kUnwritten)},
-            {O::din, random_floats(N * C, rng)},   {O::dweight, random_floats(OC * C, rng)}};
+    std::vector<float> dout(N * ld_out, std::numeric_limits<float>::quiet_NaN());
+    for (std::size_t r = 0; r < N; ++r)
+      for (std::size_t c = 0; c < OC; ++c) dout[r * ld_out + c] = random_floats(1, rng)[0];
+    return {{O::in, random_floats(N * C, rng)}, {O::weight, random_floats(OC * C, rng)},
+            {O::dout, std::move(dout)},         {O::out, std::vector<float>(N * ld_out, kUnwritten)},
+            {O::din, random_floats(N * C, rng)}, {O::dweight, random_floats(OC * C, rng)}};
   }
   std::string describe() const {
-    return "N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+    return "N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
+           " ld_out=" + std::to_string(ld_out);
   }
 };
-// One row; one channel in and out; C not a multiple of 8; OC = 1; a larger one with everything a multiple of 8.
-const MatmulShape kMatmulShapes[] = {{1, 1, 1}, {1, 13, 5}, {7, 13, 1}, {3, 1, 9}, {33, 20, 17}, {16, 24, 40}};
+// One row; one channel in and out; C not a multiple of 8; OC = 1; a larger one with everything a multiple of 8;
+// out's rows padded (as the LM head's logits are): by one, to a multiple of 8, and OC = 1 in rows of 64.
+const MatmulShape kMatmulShapes[] = {{1, 1, 1, 1},    {1, 13, 5, 5},    {7, 13, 1, 1},  {3, 1, 9, 9},
+                                     {33, 20, 17, 17}, {16, 24, 40, 40}, {3, 13, 5, 6}, {33, 20, 17, 24},
+                                     {2, 3, 1, 64}};
 
 struct AttentionShape {
   std::size_t B, T, C, NH;
@@ -169,7 +186,10 @@ struct AttentionShape {
   std::size_t hs() const { return C / NH; }
   float scale() const { return 1.0f / std::sqrt(float(hs())); }
   // Per head: scores, probs, dprobs, dscores [T,T]; q, k, v, y, dy, dq, dk, dv [T,hs].
-  Dims dims(O o) const { return {T, o == O::scores || o == O::probs || o == O::dprobs || o == O::dscores ? T : hs()}; }
+  Dims dims(O o) const {
+    const std::size_t cols = o == O::scores || o == O::probs || o == O::dprobs || o == O::dscores ? T : hs();
+    return {T, cols, cols};
+  }
   // Every attention plan has beta 0, so every output starts kUnwritten; probabilities need not sum to one here.
   Tensors random_tensors(std::mt19937& rng) const {
     Tensors t;
@@ -191,7 +211,7 @@ const AttentionShape kAttentionShapes[] = {{1, 1, 1, 1}, {1, 1, 8, 2},  {2, 5, 1
 
 // ---- every product, replayed --------------------------------------------------------------------------------
 
-using MatmulPlanFn = GemmPlan (*)(std::size_t N, std::size_t C, std::size_t OC);
+using MatmulPlanFn = GemmPlan (*)(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out);
 using AttentionPlanFn = GemmPlan (*)(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
 
 // One backend product: its plan function (matmul or attention), the row-major product it must compute, and the
@@ -208,11 +228,11 @@ struct ReplayCase {
 
 void PrintTo(const ReplayCase& c, std::ostream* os) { *os << c.name; }
 
-GemmPlan matmul_forward_with_bias(std::size_t N, std::size_t C, std::size_t OC) {
-  return matmul_forward_plan(N, C, OC, true);
+GemmPlan matmul_forward_with_bias(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
+  return matmul_forward_plan(N, C, OC, ld_out, true);
 }
-GemmPlan matmul_forward_without_bias(std::size_t N, std::size_t C, std::size_t OC) {
-  return matmul_forward_plan(N, C, OC, false);
+GemmPlan matmul_forward_without_bias(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
+  return matmul_forward_plan(N, C, OC, ld_out, false);
 }
 
 // The backward matmul products accumulate (beta 1) onto the random values already in din and dweight; every
@@ -239,7 +259,7 @@ const ReplayCase kReplayCases[] = {
      true, 0.0f, false},
 };
 
-GemmPlan plan_of(const ReplayCase& c, const MatmulShape& s) { return c.matmul(s.N, s.C, s.OC); }
+GemmPlan plan_of(const ReplayCase& c, const MatmulShape& s) { return c.matmul(s.N, s.C, s.OC, s.ld_out); }
 GemmPlan plan_of(const ReplayCase& c, const AttentionShape& s) { return c.attention(s.B, s.T, s.C, s.NH); }
 
 template <typename Shape, std::size_t count>
@@ -269,7 +289,7 @@ INSTANTIATE_TEST_SUITE_P(EveryProduct, GemmPlanReplay, testing::ValuesIn(kReplay
 // ---- the fields, against the table of CUDA.md ---------------------------------------------------------------
 
 TEST(GemmPlan, MatmulPlansMatchTheTableOfCudaMd) {
-  const std::int64_t N = 6, C = 16, OC = 24;
+  const std::int64_t N = 6, C = 16, OC = 24, Vp = 64;
   struct Row {
     GemmPlan plan;
     O a;
@@ -280,9 +300,15 @@ TEST(GemmPlan, MatmulPlansMatchTheTableOfCudaMd) {
     float beta;  // 1 for din: the backend contract accumulates into it
   };
   const Row table[] = {
-      {matmul_forward_plan(N, C, OC, true), O::weight, GemmOp::T, O::in, GemmOp::N, {OC, N, C, C, C, OC}, 0.0f},
-      {matmul_backward_input_plan(N, C, OC), O::weight, GemmOp::N, O::dout, GemmOp::N, {C, N, OC, C, OC, C}, 1.0f},
-      {matmul_backward_weight_plan(N, C, OC), O::in, GemmOp::N, O::dout, GemmOp::T, {C, OC, N, C, OC, C}, 1.0f},
+      {matmul_forward_plan(N, C, OC, OC, true), O::weight, GemmOp::T, O::in, GemmOp::N, {OC, N, C, C, C, OC}, 0.0f},
+      {matmul_backward_input_plan(N, C, OC, OC), O::weight, GemmOp::N, O::dout, GemmOp::N, {C, N, OC, C, OC, C},
+       1.0f},
+      {matmul_backward_weight_plan(N, C, OC, OC), O::in, GemmOp::N, O::dout, GemmOp::T, {C, OC, N, C, OC, C}, 1.0f},
+      // out and dout in rows of Vp: only their ld changes.
+      {matmul_forward_plan(N, C, OC, Vp, true), O::weight, GemmOp::T, O::in, GemmOp::N, {OC, N, C, C, C, Vp}, 0.0f},
+      {matmul_backward_input_plan(N, C, OC, Vp), O::weight, GemmOp::N, O::dout, GemmOp::N, {C, N, OC, C, Vp, C},
+       1.0f},
+      {matmul_backward_weight_plan(N, C, OC, Vp), O::in, GemmOp::N, O::dout, GemmOp::T, {C, OC, N, C, Vp, C}, 1.0f},
   };
   for (const Row& row : table) {
     const GemmPlan& p = row.plan;
@@ -297,7 +323,7 @@ TEST(GemmPlan, MatmulPlansMatchTheTableOfCudaMd) {
     EXPECT_EQ(p.batch, 1);
     EXPECT_EQ(p.bias_epilogue, p.c == O::out);
   }
-  EXPECT_FALSE(matmul_forward_plan(N, C, OC, false).bias_epilogue);
+  EXPECT_FALSE(matmul_forward_plan(N, C, OC, OC, false).bias_epilogue);
 }
 
 // ---- what cuBLASLt requires of a call, checked on the host ---------------------------------------------------
@@ -328,7 +354,7 @@ TEST(GemmPlan, EveryPlanIsAValidGemmCall) {
 }
 
 TEST(GemmPlan, ProblemNamesWhatIsWrongWithABrokenPlan) {
-  const GemmPlan good = matmul_forward_plan(4, 16, 8, false);  // A = weight stored [C = 16 rows, OC], op T
+  const GemmPlan good = matmul_forward_plan(4, 16, 8, 8, false);  // A = weight stored [C = 16 rows, OC], op T
   GemmPlan p = good;
   p.lda = 15;
   EXPECT_EQ(gemm_plan_problem(p), "lda is below the rows of A as stored");
@@ -351,7 +377,7 @@ TEST(GemmPlan, ProblemNamesWhatIsWrongWithABrokenPlan) {
 TEST(GemmPlan, Bf16AlignedWhereChannelsHeadSizeAndTAreMultiplesOf8) {
   // Every ld and stride × 2 bytes a multiple of 16 where C, OC (matmul) and hs, T (attention) are multiples of 8;
   // N never enters an ld, so an odd row count keeps the alignment.
-  for (const MatmulShape s : {MatmulShape{1, 8, 8}, MatmulShape{7, 24, 40}, MatmulShape{33, 768, 2304}})
+  for (const MatmulShape s : {MatmulShape{1, 8, 8, 8}, MatmulShape{7, 24, 40, 40}, MatmulShape{33, 768, 2304, 2304}})
     for (const GemmPlan& p : matmul_plans(s)) EXPECT_TRUE(gemm_plan_aligned(p, 2)) << s.describe();
   for (const AttentionShape s : {AttentionShape{1, 8, 8, 1}, AttentionShape{3, 16, 64, 4},
                                  AttentionShape{2, 1024, 768, 12}})
@@ -360,12 +386,16 @@ TEST(GemmPlan, Bf16AlignedWhereChannelsHeadSizeAndTAreMultiplesOf8) {
 
   // Where they are not, some ld or stride breaks it, and the backend must fall back or refuse: C = 13 (lda of the
   // forward), OC = 12 (ldc of the forward), hs = 4 (every [T,hs] ld), T = 12 (ld of scores and probs).
-  EXPECT_FALSE(gemm_plan_aligned(matmul_forward_plan(8, 13, 16, false), 2));
-  EXPECT_FALSE(gemm_plan_aligned(matmul_forward_plan(8, 16, 12, false), 2));
-  EXPECT_FALSE(gemm_plan_aligned(matmul_backward_weight_plan(8, 16, 12), 2));
+  EXPECT_FALSE(gemm_plan_aligned(matmul_forward_plan(8, 13, 16, 16, false), 2));
+  EXPECT_FALSE(gemm_plan_aligned(matmul_forward_plan(8, 16, 12, 12, false), 2));
+  EXPECT_FALSE(gemm_plan_aligned(matmul_backward_weight_plan(8, 16, 12, 12), 2));
   EXPECT_FALSE(gemm_plan_aligned(attention_output_plan(1, 8, 8, 2), 2));
   EXPECT_FALSE(gemm_plan_aligned(attention_scores_plan(1, 12, 16, 2), 2));
   EXPECT_FALSE(gemm_plan_aligned(attention_dv_plan(1, 12, 16, 2), 2));
+  // GPT-2's LM head: V = 50,257 output channels make every plan's ld of out or dout odd; the logits' rows padded to
+  // 50,304 (ModelConfig::logits_row_length) align them all.
+  for (const GemmPlan& p : matmul_plans(MatmulShape{1024, 768, 50257, 50257})) EXPECT_FALSE(gemm_plan_aligned(p, 2));
+  for (const GemmPlan& p : matmul_plans(MatmulShape{1024, 768, 50257, 50304})) EXPECT_TRUE(gemm_plan_aligned(p, 2));
   // fp32 needs only multiples of 4 elements.
   EXPECT_TRUE(gemm_plan_aligned(attention_scores_plan(1, 12, 16, 4), 4));
 }

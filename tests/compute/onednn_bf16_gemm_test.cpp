@@ -210,9 +210,9 @@ TEST_F(OneDnnBf16Products, TheBackendMultipliesWeightViewsFromTheirBf16Weights) 
   };
   const auto products = [&](const float* weights) {
     Result r{std::vector<float>(N * OC), std::vector<float>(N * C, 0.5f)};
-    backend->matmul_forward(r.out.data(), in.data(), weights, bias.data(), N, T, C, OC);
+    backend->matmul_forward(r.out.data(), in.data(), weights, bias.data(), N, T, C, OC, OC);
     std::vector<float> dw(OC * C, 0.0f);
-    backend->matmul_backward(r.din.data(), dw.data(), nullptr, dout.data(), in.data(), weights, N, T, C, OC);
+    backend->matmul_backward(r.din.data(), dw.data(), nullptr, dout.data(), in.data(), weights, N, T, C, OC, OC);
     return r;
   };
   const Result from_view = products(view), from_array = products(w.data());

@@ -10,7 +10,9 @@
 // references see what the device sees.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <string>
 #include <tuple>
@@ -103,7 +105,7 @@ TEST_P(OpForward, MatmulMatchesDoubleReference) {
   const auto d_in = activations(in), d_w = compute_weights(w), d_bias = compute_weights(bias);
   for (bool with_bias : {true, false}) {
     auto d_out = activations(std::vector(N * OC, 123.0f));  // stale contents that must be overwritten
-    be->matmul_forward(d_out.data(), d_in.data(), d_w.data(), with_bias ? d_bias.data() : nullptr, N, 3, C, OC);
+    be->matmul_forward(d_out.data(), d_in.data(), d_w.data(), with_bias ? d_bias.data() : nullptr, N, 3, C, OC, OC);
     const auto out = d_out.download();
     for (std::size_t i = 0; i < N; ++i)
       for (std::size_t o = 0; o < OC; ++o) {
@@ -130,11 +132,79 @@ TEST_P(OpForward, MatmulBiasAtAnyAlignmentGivesTheSameBits) {
     const auto d_bias = compute_weights(padded);
     auto d_out = activations(N * OC);
     be->matmul_forward(d_out.data(), d_in.data(), d_w.data(),
-                       static_cast<const std::byte*>(d_bias.data()) + offset * element_size(wt()), N, 3, C, OC);
+                       static_cast<const std::byte*>(d_bias.data()) + offset * element_size(wt()), N, 3, C, OC,
+                       OC);
     return d_out.download();
   };
   const auto aligned = product(0);
   for (std::size_t offset : {1, 2, 3, 5, 7}) EXPECT_EQ(product(offset), aligned) << "bias at element " << offset;
+}
+
+// [rows, cols] laid in rows of ld, the padding NaN; and the rows back, expecting the padding still NaN (written,
+// it would hold a number; read, it would have made some result NaN).
+std::vector<float> padded_rows(const std::vector<float>& x, std::size_t rows, std::size_t cols, std::size_t ld) {
+  std::vector<float> out(rows * ld, std::numeric_limits<float>::quiet_NaN());
+  for (std::size_t r = 0; r < rows; ++r) std::copy_n(x.begin() + std::ptrdiff_t(r * cols), cols, out.begin() + std::ptrdiff_t(r * ld));
+  return out;
+}
+std::vector<float> unpadded_rows(const std::vector<float>& x, std::size_t rows, std::size_t cols, std::size_t ld) {
+  std::vector<float> out(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::copy_n(x.begin() + std::ptrdiff_t(r * ld), cols, out.begin() + std::ptrdiff_t(r * cols));
+    for (std::size_t c = cols; c < ld; ++c) EXPECT_TRUE(std::isnan(x[r * ld + c])) << "padding " << r << "," << c;
+  }
+  return out;
+}
+
+// The LM head's logits lie in rows padded past the vocabulary (ModelConfig::logits_row_length): the matmul writing
+// them, the one reading them back and the classifier give the same bits as on dense rows, and never touch the
+// padding.
+TEST_P(OpForward, MatmulAndClassifierOnPaddedRowsGiveTheSameBits) {
+  const std::size_t N = 6, T = 3, C = 10, OC = 7;
+  const auto in = representable(act(), uniform(rng, N * C, -1, 1));
+  const auto w = representable(wt(), uniform(rng, OC * C, -1, 1));
+  const auto bias = representable(wt(), uniform(rng, OC, -1, 1));
+  const auto dout = representable(act(), uniform(rng, N * OC, -1, 1));
+  const auto din0 = representable(act(), uniform(rng, N * C, -1, 1));
+  const auto dw0 = uniform(rng, OC * C, -1, 1), dbias0 = uniform(rng, OC, -1, 1);
+  const auto targets = on_device(std::vector<std::int32_t>{0, 6, 3, 3, 1, 5});
+  const auto d_in = activations(in), d_w = compute_weights(w), d_bias = compute_weights(bias);
+  struct Results {
+    std::vector<float> out, din, dw, dbias, probs, dlogits, losses;
+    double loss_sum;
+  };
+  auto run = [&](std::size_t ld) {
+    Results r;
+    auto d_out = activations(padded_rows(std::vector(N * OC, 0.0f), N, OC, ld));
+    be->matmul_forward(d_out.data(), d_in.data(), d_w.data(), d_bias.data(), N, T, C, OC, ld);
+    r.out = unpadded_rows(d_out.download(), N, OC, ld);
+    auto d_din = activations(din0), d_dw = gradients(dw0), d_db = gradients(dbias0);
+    be->matmul_backward(d_din.data(), d_dw.data(), d_db.data(), activations(padded_rows(dout, N, OC, ld)).data(),
+                        d_in.data(), d_w.data(), N, T, C, OC, ld);
+    r.din = d_din.download(), r.dw = d_dw.download(), r.dbias = d_db.download();
+    test::DeviceVector<float> losses(device(), N);
+    test::DeviceScalar total(device());
+    be->softmax_cross_entropy_forward(d_out.data(), losses.data(), targets.data(), N, OC, ld, total.data());
+    r.probs = unpadded_rows(d_out.download(), N, OC, ld);
+    be->softmax_cross_entropy_backward(d_out.data(), losses.data(), targets.data(), 0.37f, N, OC, ld);
+    r.dlogits = unpadded_rows(d_out.download(), N, OC, ld);
+    r.losses = losses.download(), r.loss_sum = total.value();
+    return r;
+  };
+  const Results dense = run(OC);
+  for (const std::size_t ld : {OC + 1, std::size_t(64)}) {
+    SCOPED_TRACE(::testing::Message() << "rows of " << ld);
+    const Results rows = run(ld);
+    EXPECT_EQ(rows.out, dense.out);
+    EXPECT_EQ(rows.din, dense.din);
+    EXPECT_EQ(rows.dw, dense.dw);
+    EXPECT_EQ(rows.dbias, dense.dbias);
+    EXPECT_EQ(rows.probs, dense.probs);
+    EXPECT_EQ(rows.dlogits, dense.dlogits);
+    EXPECT_EQ(rows.losses, dense.losses);
+    EXPECT_EQ(rows.loss_sum, dense.loss_sum);
+  }
+  for (const float x : dense.dlogits) ASSERT_TRUE(std::isfinite(x));
 }
 
 class AttentionForward : public OpForwardTest<test::AttentionParam> {
@@ -248,7 +318,8 @@ TEST_P(OpForward, SoftmaxCrossEntropyMatchesDoubleReference) {
   auto d_probs = activations(logits);
   test::DeviceVector<float> d_losses(device(), N);
   test::DeviceScalar total(device());
-  be->softmax_cross_entropy_forward(d_probs.data(), d_losses.data(), on_device(targets).data(), N, V, total.data());
+  be->softmax_cross_entropy_forward(d_probs.data(), d_losses.data(), on_device(targets).data(), N, V, V,
+                                    total.data());
   const auto probs = d_probs.download(), losses = d_losses.download();
   double sum_losses = 0;
   for (std::size_t i = 0; i < N; ++i) {
@@ -271,7 +342,7 @@ TEST_P(OpForward, SoftmaxCrossEntropyMatchesDoubleReference) {
   test::DeviceVector<float> flat_losses(device(), 2);
   test::DeviceScalar flat_total(device());
   be->softmax_cross_entropy_forward(flat.data(), flat_losses.data(), on_device(std::vector<std::int32_t>{0, 4}).data(),
-                                    2, V, flat_total.data());
+                                    2, V, V, flat_total.data());
   EXPECT_NEAR(flat_total.value(), 2 * std::log(double(V)), tol(1e-5));
 }
 
@@ -284,7 +355,7 @@ TEST_P(OpForward, LossAccumulatorAdds) {
   test::DeviceVector<float> losses(device(), N);
   auto forward = [&](test::DeviceScalar& acc) {
     auto work = activations(logits);  // the forward overwrites the logits with probabilities
-    be->softmax_cross_entropy_forward(work.data(), losses.data(), targets.data(), N, V, acc.data());
+    be->softmax_cross_entropy_forward(work.data(), losses.data(), targets.data(), N, V, V, acc.data());
   };
   test::DeviceScalar once(device());
   forward(once);

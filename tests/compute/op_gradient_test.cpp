@@ -113,14 +113,14 @@ void OpGradientTest<Param>::check_matmul(bool with_bias) {
     // The output's old contents must not matter (beta = 0 without bias): start from NaN.
     out.upload(std::vector(N * OC, std::numeric_limits<float>::quiet_NaN()));
     be.matmul_forward(out.data(), this->activations(in).data(), this->compute_weights(w).data(),
-                      with_bias ? this->compute_weights(bias).data() : nullptr, N, 3, C, OC);
+                      with_bias ? this->compute_weights(bias).data() : nullptr, N, 3, C, OC, OC);
     return weighted_sum(out.download(), r);
   };
   EXPECT_TRUE(std::isfinite(loss()));
   const auto din0 = uniform(rng, N * C, -1, 1), dw0 = uniform(rng, OC * C, -1, 1), db0 = uniform(rng, OC, -1, 1);
   auto din = this->activations(din0), dw = this->gradients(dw0), db = this->gradients(db0);
   be.matmul_backward(din.data(), dw.data(), with_bias ? db.data() : nullptr, this->activations(r).data(),
-                     this->activations(in).data(), this->compute_weights(w).data(), N, 3, C, OC);
+                     this->activations(in).data(), this->compute_weights(w).data(), N, 3, C, OC, OC);
   // Two windows of T = 3 rows. L is linear in each element (no truncation at all); an input element feeds OC = 7
   // outputs, a weight N = 6.
   check_gradient("din", in.data(), added(din.download(), din0).data(), in.size(), loss, kStep, kTolerance);
@@ -210,11 +210,11 @@ TEST_P(OpGradient, SoftmaxCrossEntropy) {
   auto loss = [&] {
     work.upload(logits);
     test::DeviceScalar total(device());
-    be->softmax_cross_entropy_forward(work.data(), losses.data(), targets.data(), N, V, total.data());
+    be->softmax_cross_entropy_forward(work.data(), losses.data(), targets.data(), N, V, V, total.data());
     return double(dloss) * total.value();
   };
   loss();
-  be->softmax_cross_entropy_backward(work.data(), losses.data(), targets.data(), dloss, N, V);  // probabilities → dlogits
+  be->softmax_cross_entropy_backward(work.data(), losses.data(), targets.data(), dloss, N, V, V);  // → dlogits
   const auto dlogits32 = work.download();
   const std::vector<double> dlogits(dlogits32.begin(), dlogits32.end());
   // Each loss is a log-sum-exp minus a logit; its third derivative is ≤ 1 in any direction: kTolerance.

@@ -43,9 +43,9 @@ class OpTiming : public ::testing::Test {
   std::vector<float> run_ops(Backend& be) {
     std::vector<float> out(N * OC), din(N * C, 0), dw(OC * C, 0), dbias(OC, 0), dw2(OC * C, 0);
     std::vector<float> atty(N * C), probs(B * NH * T * T), dqkv(N * 3 * C, 0);
-    be.matmul_forward(out.data(), in.data(), w.data(), bias.data(), N, T, C, OC);
-    be.matmul_backward(din.data(), dw.data(), dbias.data(), dout.data(), in.data(), w.data(), N, T, C, OC);
-    be.matmul_backward(nullptr, dw2.data(), nullptr, dout.data(), in.data(), w.data(), N, T, C, OC);
+    be.matmul_forward(out.data(), in.data(), w.data(), bias.data(), N, T, C, OC, OC);
+    be.matmul_backward(din.data(), dw.data(), dbias.data(), dout.data(), in.data(), w.data(), N, T, C, OC, OC);
+    be.matmul_backward(nullptr, dw2.data(), nullptr, dout.data(), in.data(), w.data(), N, T, C, OC, OC);
     be.attention_forward(atty.data(), probs.data(), qkv.data(), B, T, C, NH);
     be.attention_backward(dqkv.data(), datty.data(), qkv.data(), probs.data(), B, T, C, NH);
     std::vector<float> all;
@@ -97,7 +97,7 @@ TEST_F(OpTiming, MatmulsAreAlsoTimedByShape) {
   times->set_enabled(true);
   run_ops(*timed);
   std::vector<float> wide_out(N * 2 * OC), wide_w = uniform(rng, 2 * OC * C);
-  timed->matmul_forward(wide_out.data(), in.data(), wide_w.data(), nullptr, N, T, C, 2 * OC);
+  timed->matmul_forward(wide_out.data(), in.data(), wide_w.data(), nullptr, N, T, C, 2 * OC, 2 * OC);
   const std::vector<OpTimeRow> shapes = times->shape_rows(), rows = times->rows();
   ASSERT_EQ(shapes.size(), 3u);
   const std::string own = fmt::format("{}×{}→{}", N, C, OC), wide = fmt::format("{}×{}→{}", N, C, 2 * OC);

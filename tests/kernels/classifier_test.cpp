@@ -1,7 +1,8 @@
 // The fused classifier of kernels/classifier.cu, run on the CPU by cuda_on_cpu.hpp, against the cpu backend's
 // softmax_cross_entropy_forward/backward (fp32) and against exact values (double) computed from the same BF16
 // logits. Shapes: V = 1, V < 32, V not a multiple of the block's 512 threads, a single row, the GPT-2 vocabulary;
-// rows whose target has a probability near 1, and one whose loss is capped.
+// rows whose target has a probability near 1, and one whose loss is capped; rows padded past V (the model's
+// logits), whose padding neither side may read or write.
 //
 // Tolerances, from the arithmetic (test_data.hpp: a BF16 rounding moves v by ≤ 2⁻⁸·|v|, an fp32 operation by
 // ≤ 2⁻²⁴·|v|; u = 2⁻²⁴ below):
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -54,6 +56,28 @@ ExactRow exact_row(const float* x, std::size_t V, std::size_t t) {
   return row;
 }
 
+// rows [N,V] laid in rows of ld, the padding `fill`.
+template <typename E>
+std::vector<E> padded(const std::vector<E>& rows, std::size_t N, std::size_t V, std::size_t ld, E fill) {
+  std::vector<E> out(N * ld, fill);
+  for (std::size_t n = 0; n < N; ++n) std::copy_n(rows.begin() + std::ptrdiff_t(n * V), V, out.begin() + std::ptrdiff_t(n * ld));
+  return out;
+}
+
+// The rows of V back out of rows of ld, expecting every padding element still to hold `fill`, bit for bit.
+template <typename E>
+std::vector<E> unpadded(const std::vector<E>& rows, std::size_t N, std::size_t V, std::size_t ld, E fill) {
+  std::vector<E> out(N * V);
+  int changed = 0;
+  for (std::size_t n = 0; n < N; ++n) {
+    std::copy_n(rows.begin() + std::ptrdiff_t(n * ld), V, out.begin() + std::ptrdiff_t(n * V));
+    for (std::size_t j = V; j < ld; ++j)
+      if (std::memcmp(&rows[n * ld + j], &fill, sizeof(E)) != 0 && ++changed <= 3)
+        ADD_FAILURE() << "padding of row " << n << " column " << j << " was written";
+  }
+  return out;
+}
+
 class Classifier : public ::testing::Test {
  protected:
   std::unique_ptr<Backend> cpu = make_backend("cpu");
@@ -67,33 +91,41 @@ class Classifier : public ::testing::Test {
     return targets;
   }
 
-  // Runs the forward, loss_sum and backward kernels on logits [N,V] and checks everything they write against the
-  // cpu backend and the exact values. Returns the kernels' dlogits and losses for further checks.
+  // Runs the forward, loss_sum and backward kernels on logits [N,V] in rows of ld ≥ V (the padding holds NaN,
+  // which must stay as it is and never be read) and checks everything they write against the cpu backend (on rows
+  // of ld too) and the exact values. Returns the kernels' probabilities, dlogits (rows of V) and losses.
   struct Result {
     std::vector<bf16> probs, dlogits;
     std::vector<float> losses;
+    double loss_sum;
   };
   Result check(const std::vector<bf16>& logits, const std::vector<std::int32_t>& targets, std::size_t N,
-               std::size_t V, float dloss) {
-    Result k{logits, {}, std::vector<float>(N, NAN)};
+               std::size_t V, float dloss, std::size_t ld = 0) {
+    if (ld == 0) ld = V;
+    Result k{padded(logits, N, V, ld, to_bf16(NAN)), {}, std::vector<float>(N, NAN), 0.25};
     cuda_on_cpu::launch(kernels::classifier_forward, kernels::classifier_launch(N), k.probs.data(), k.losses.data(),
-                        targets.data(), N, V);
-    double acc = 0.25;  // loss_sum adds to what is there
-    cuda_on_cpu::launch(kernels::loss_sum, kernels::loss_sum_launch(), &acc, k.losses.data(), N);
+                        targets.data(), N, V, ld);
+    cuda_on_cpu::launch(kernels::loss_sum, kernels::loss_sum_launch(), &k.loss_sum, k.losses.data(), N);
     k.dlogits = k.probs;
     cuda_on_cpu::launch(kernels::classifier_backward, kernels::classifier_launch(N), k.dlogits.data(),
-                        k.losses.data(), targets.data(), dloss, N, V);
+                        k.losses.data(), targets.data(), dloss, N, V, ld);
+    k.probs = unpadded(k.probs, N, V, ld, to_bf16(NAN));
+    k.dlogits = unpadded(k.dlogits, N, V, ld, to_bf16(NAN));
+    const double acc = k.loss_sum;  // loss_sum added to the 0.25 that was there
 
     // The cpu backend on the fp32 logits, forward then backward; and its backward alone on the kernel's own BF16
     // probabilities (off the target, the kernel does exactly its arithmetic there).
     const std::vector<float> logits_f = as_floats(logits);
-    std::vector<float> ref = logits_f, losses_ref(N), ref_on_kernel_probs = as_floats(k.probs);
+    std::vector<float> ref = padded(logits_f, N, V, ld, NAN), losses_ref(N);
+    std::vector<float> ref_on_kernel_probs = padded(as_floats(k.probs), N, V, ld, NAN);
     double sum_ref = 0.25;
-    cpu->softmax_cross_entropy_forward(ref.data(), losses_ref.data(), targets.data(), N, V, &sum_ref);
-    const std::vector<float> probs_ref = ref;
-    cpu->softmax_cross_entropy_backward(ref.data(), losses_ref.data(), targets.data(), dloss, N, V);
-    cpu->softmax_cross_entropy_backward(ref_on_kernel_probs.data(), k.losses.data(), targets.data(), dloss, N,
-                                        V);
+    cpu->softmax_cross_entropy_forward(ref.data(), losses_ref.data(), targets.data(), N, V, ld, &sum_ref);
+    const std::vector<float> probs_ref = unpadded(ref, N, V, ld, NAN);
+    cpu->softmax_cross_entropy_backward(ref.data(), losses_ref.data(), targets.data(), dloss, N, V, ld);
+    cpu->softmax_cross_entropy_backward(ref_on_kernel_probs.data(), k.losses.data(), targets.data(), dloss, N, V,
+                                        ld);
+    ref = unpadded(ref, N, V, ld, NAN);
+    ref_on_kernel_probs = unpadded(ref_on_kernel_probs, N, V, ld, NAN);
 
     const double kr = kernel_rel(V), cr = cpu_rel(V);
     double host_sum = 0.25, magnitude = 0.25, sum_tolerance = 0;
@@ -149,6 +181,26 @@ TEST_F(Classifier, ForwardAndBackwardMatchTheCpuBackendAndTheExactValues) {
     SCOPED_TRACE(::testing::Message() << "N " << s.N << " V " << s.V);
     const std::vector<bf16> logits = uniform_bf16(rng, s.N * s.V, -4, 4);
     check(logits, random_targets(s.N, s.V), s.N, s.V, 0.37f / float(s.N));
+  }
+}
+
+TEST_F(Classifier, RowsPaddedPastTheVocabularyGiveTheSameBitsAndKeepTheirPadding) {
+  struct Shape {
+    std::size_t N, V, ld;
+  };
+  // Padded by one; to a multiple of 64 (the model's logits); GPT-2's 50,257 in rows of 50,304.
+  for (const Shape s : {Shape{3, 7, 8}, Shape{4, 513, 576}, Shape{1, 50257, 50304}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << s.N << " V " << s.V << " ld " << s.ld);
+    const std::vector<bf16> logits = uniform_bf16(rng, s.N * s.V, -4, 4);
+    const std::vector<std::int32_t> targets = random_targets(s.N, s.V);
+    const float dloss = 0.37f / float(s.N);
+    const Result dense = check(logits, targets, s.N, s.V, dloss), rows = check(logits, targets, s.N, s.V, dloss, s.ld);
+    for (std::size_t i = 0; i < s.N * s.V; ++i) {
+      ASSERT_EQ(rows.probs[i].bits, dense.probs[i].bits) << i;
+      ASSERT_EQ(rows.dlogits[i].bits, dense.dlogits[i].bits) << i;
+    }
+    for (std::size_t n = 0; n < s.N; ++n) EXPECT_EQ(rows.losses[n], dense.losses[n]);
+    EXPECT_EQ(rows.loss_sum, dense.loss_sum);
   }
 }
 

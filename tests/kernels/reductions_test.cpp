@@ -22,19 +22,21 @@ using namespace kernel_test;
 class Reductions : public KernelTest {
  protected:
 
-  // The cpu backend's dbias: matmul_backward with one input channel (its dw is thrown away).
+  // The cpu backend's dbias: matmul_backward with one input channel (its dw is thrown away); dout [N,OC] in rows
+  // of ld.
   std::vector<float> cpu_bias_gradient(std::vector<float> dbias, const std::vector<bf16>& dout, std::size_t N,
-                                       std::size_t OC) {
+                                       std::size_t OC, std::size_t ld) {
     const std::vector<float> doutf = widen(dout), in(N, 0.0f), w(OC, 0.0f);
     std::vector<float> dw(OC, 0.0f);
-    cpu->matmul_backward(nullptr, dw.data(), dbias.data(), doutf.data(), in.data(), w.data(), N, N, 1, OC);
+    cpu->matmul_backward(nullptr, dw.data(), dbias.data(), doutf.data(), in.data(), w.data(), N, N, 1, OC, ld);
     return dbias;
   }
 
   static std::vector<float> bias_gradient(std::vector<float> dbias, const std::vector<bf16>& dout, std::size_t N,
-                                          std::size_t OC) {
+                                          std::size_t OC, std::size_t ld) {
     std::vector<float> scratch(kernels::bias_backward_scratch_bytes(N, OC) / sizeof(float), NAN);
-    cuda_on_cpu::launch(kernels::bias_backward, kernels::bias_backward_launch(N), scratch.data(), dout.data(), N, OC);
+    cuda_on_cpu::launch(kernels::bias_backward, kernels::bias_backward_launch(N), scratch.data(), dout.data(), N, OC,
+                        ld);
     cuda_on_cpu::launch(kernels::sum_partials, kernels::sum_partials_launch(OC), dbias.data(),
                         static_cast<float*>(nullptr), static_cast<const float*>(scratch.data()),
                         std::size_t(kernels::partial_row_blocks(N)), OC);
@@ -54,22 +56,27 @@ class Reductions : public KernelTest {
 
 TEST_F(Reductions, BiasGradientMatchesTheCpuBackend) {
   struct Shape {
-    std::size_t N, OC;
+    std::size_t N, OC, ld;
   };
-  // One row, one column; OC not a multiple of 32, above a block's 256 threads; one block's rows and many blocks'.
-  for (const Shape s : {Shape{1, 1}, Shape{1, 300}, Shape{33, 37}, Shape{100, 600}, Shape{700, 5}}) {
-    SCOPED_TRACE(::testing::Message() << "N " << s.N << " OC " << s.OC);
-    const std::vector<bf16> dout = random_bf16(rng, s.N * s.OC, -1, 1);
+  // One row, one column; OC not a multiple of 32, above a block's 256 threads; one block's rows and many blocks';
+  // rows padded by one and to 64, the padding NaN (read, it would make the sums NaN).
+  for (const Shape s : {Shape{1, 1, 1}, Shape{1, 300, 300}, Shape{33, 37, 37}, Shape{100, 600, 600}, Shape{700, 5, 5},
+                        Shape{33, 37, 38}, Shape{100, 5, 64}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << s.N << " OC " << s.OC << " ld " << s.ld);
+    std::vector<bf16> dout = random_bf16(rng, s.N * s.ld, -1, 1);
+    for (std::size_t r = 0; r < s.N; ++r)
+      for (std::size_t o = s.OC; o < s.ld; ++o) dout[r * s.ld + o] = to_bf16(NAN);
     const std::vector<float> dbias0 = random_f32(rng, s.OC, -1, 1);
-    const std::vector<float> ref = cpu_bias_gradient(dbias0, dout, s.N, s.OC);
-    const std::vector<float> got = bias_gradient(dbias0, dout, s.N, s.OC);
+    const std::vector<float> ref = cpu_bias_gradient(dbias0, dout, s.N, s.OC, s.ld);
+    const std::vector<float> got = bias_gradient(dbias0, dout, s.N, s.OC, s.ld);
     const std::vector<float> doutf = widen(dout);
     for (std::size_t o = 0; o < s.OC; ++o) {
       double terms = std::abs(dbias0[o]);
-      for (std::size_t r = 0; r < s.N; ++r) terms += std::abs(doutf[r * s.OC + o]);
+      for (std::size_t r = 0; r < s.N; ++r) terms += std::abs(doutf[r * s.ld + o]);
+      ASSERT_TRUE(std::isfinite(terms)) << "column " << o;
       ASSERT_NEAR(got[o], ref[o], 2.0 * double(s.N + 1) * kF32Eps * terms) << "column " << o;
     }
-    const std::vector<float> again = bias_gradient(dbias0, dout, s.N, s.OC);
+    const std::vector<float> again = bias_gradient(dbias0, dout, s.N, s.OC, s.ld);
     for (std::size_t o = 0; o < s.OC; ++o) ASSERT_EQ(bits(again[o]), bits(got[o])) << "column " << o;
   }
 }
@@ -78,7 +85,8 @@ TEST_F(Reductions, BiasGradientOfExactSumsIsBitwise) {
   const std::size_t N = 300, OC = 70;  // 10 blocks of 30 rows
   const std::vector<bf16> dout = random_quarters_bf16(rng, N * OC);
   const std::vector<float> dbias0 = random_quarters_f32(rng, OC);
-  const std::vector<float> ref = cpu_bias_gradient(dbias0, dout, N, OC), got = bias_gradient(dbias0, dout, N, OC);
+  const std::vector<float> ref = cpu_bias_gradient(dbias0, dout, N, OC, OC);
+  const std::vector<float> got = bias_gradient(dbias0, dout, N, OC, OC);
   for (std::size_t o = 0; o < OC; ++o) ASSERT_EQ(bits(got[o]), bits(ref[o])) << "column " << o;
 }
 

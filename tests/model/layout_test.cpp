@@ -9,6 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dptrain/core/error.hpp"
@@ -56,6 +57,16 @@ TEST(ParameterCount, Gpt2SmallHasExactly124439808) {
   // 6N + 12·L·H·Q = 746638848 + 113246208.
   EXPECT_EQ(training_flops_per_token(gpt2_124m()), 859'885'056.0);
   EXPECT_NE(describe(gpt2_124m()).find("124.44M"), std::string::npos) << describe(gpt2_124m());
+}
+
+TEST(LogitsRowLength, TheVocabularyRoundedUpToAMultipleOf64) {
+  // GPT-2's 50,257 → 50,304 (llm.c's and nanoGPT's padded vocabulary); 64 BF16 elements are 128 bytes.
+  for (const auto& [V, row] : {std::pair{1, 64}, {11, 64}, {63, 64}, {64, 64}, {65, 128}, {256, 256}, {50257, 50304}}) {
+    ModelConfig c;
+    c.vocab = V;
+    EXPECT_EQ(c.logits_row_length(), row) << "V " << V;
+  }
+  EXPECT_EQ(gpt2_124m().logits_row_length(), 50304);
 }
 
 TEST(Layout, NamesShapesAndOrderFollowTheForwardPass) {

@@ -85,17 +85,19 @@ class Backend {
   virtual void layernorm_backward(void* din, void* dw, void* db, const void* dout, const void* in, const void* w,
                                   const float* mean, const float* rstd, std::size_t N, std::size_t C) = 0;
 
-  // out[N,OC] = in[N,C] · w[OC,C]ᵀ + bias[OC] (bias may be null).
+  // out[N,OC] = in[N,C] · w[OC,C]ᵀ + bias[OC] (bias may be null). out's rows are ld_out ≥ OC elements apart (the
+  // LM head's logits are padded to an aligned row length); the columns past OC are left as they are.
   virtual void matmul_forward(void* out, const void* in, const void* w, const void* bias, std::size_t N,
-                              std::size_t T, std::size_t C, std::size_t OC) = 0;
+                              std::size_t T, std::size_t C, std::size_t OC, std::size_t ld_out) = 0;
   // din[N,C] += dout·w (din may be null); dw[OC,C] += doutᵀ·in; dbias[OC] += Σ_rows dout (dbias may be null).
+  // dout's rows are ld_out ≥ OC elements apart; its columns past OC are not read.
   //
   // Both work window by window (T rows at a time, N a multiple of T), and the parameter gradients are summed into
   // dw and dbias in window order: a window's rows get the same bits whatever else is in the batch (a GEMM library
   // may pick another kernel for another row count), so a batch split into micro-batches gets bitwise the same
   // gradient as the batch in one piece (where guarantees().micro_batch_invariant).
   virtual void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
-                               std::size_t N, std::size_t T, std::size_t C, std::size_t OC) = 0;
+                               std::size_t N, std::size_t T, std::size_t C, std::size_t OC, std::size_t ld_out) = 0;
   // Causal multi-head attention. qkv[B,T,3C] (q | k | v, heads of C/NH contiguous in each), probs[B,NH,T,T],
   // out[B,T,C]. Backward: dqkv += ∂/∂qkv.
   virtual void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
@@ -111,14 +113,15 @@ class Backend {
   virtual void accumulate(void* out, const void* a, std::size_t n, DType dtype) = 0;
 
   // logits[N,V] become softmax probabilities in place; losses[N] = −log p[target]; *loss_sum += Σ losses (in
-  // row order, in double).
+  // row order, in double). Rows are ld ≥ V elements apart; the columns past V are neither read nor written (here
+  // and in backward).
   virtual void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                             std::size_t V, double* loss_sum) = 0;
+                                             std::size_t V, std::size_t ld, double* loss_sum) = 0;
   // probs[N,V] become dlogits in place: (p − onehot(target))·dloss. losses[N] are the forward's: a backend that
   // stores probabilities in BF16 recomputes the target's p = exp(−loss) from them in fp32 (a rounded p near 1
   // would lose the gradient 1 − p).
   virtual void softmax_cross_entropy_backward(void* probs, const float* losses, const std::int32_t* targets,
-                                              float dloss, std::size_t N, std::size_t V) = 0;
+                                              float dloss, std::size_t N, std::size_t V, std::size_t ld) = 0;
 
   // ---- gradients and the optimizer --------------------------------------------------------------------------
   // out[n] (to) = in[n] (from): a copy when the types agree, else fp32 → BF16 by round-to-nearest-even or

@@ -9,7 +9,8 @@
 // memory: A is Y's array and B is X's (the operands swap), each keeps its own transpose flag, m = c (columns of D),
 // n = r (rows of D), ldc = c, and lda, ldb are the row lengths of the arrays as stored.
 //
-// Every array here is contiguous, so each ld is its array's row length. Element counts, never bytes.
+// Every array here is contiguous, so each ld is its array's row length, but for the matmuls' out and dout, whose
+// rows may be padded (ld_out). Element counts, never bytes.
 #pragma once
 #include <compare>
 #include <cstddef>
@@ -45,15 +46,17 @@ struct GemmPlan {
 // ---- matmul (backend.hpp): N rows, C input channels, OC output channels; call per window with N = T and the row
 // pointers offset by row·C / row·OC where the backend works window by window.
 
+// out and dout have rows of ld_out ≥ OC elements (the LM head's padded logits; OC elsewhere): their ld is ld_out.
+
 // out[N,OC] = in[N,C]·weight[OC,C]ᵀ (+ bias[OC] by the epilogue): A = weight (T), B = in (N), m = OC, n = N,
-// k = C, lda = C, ldb = C, ldc = OC, beta 0.
-GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, bool bias);
-// din[N,C] += dout[N,OC]·weight[OC,C]: A = weight (N), B = dout (N), m = C, n = N, k = OC, lda = C, ldb = OC,
+// k = C, lda = C, ldb = C, ldc = ld_out, beta 0.
+GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out, bool bias);
+// din[N,C] += dout[N,OC]·weight[OC,C]: A = weight (N), B = dout (N), m = C, n = N, k = OC, lda = C, ldb = ld_out,
 // ldc = C, beta 1 (the contract accumulates into din).
-GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC);
-// dweight[OC,C] += dout[N,OC]ᵀ·in[N,C]: A = in (N), B = dout (T), m = C, n = OC, k = N, lda = C, ldb = OC,
+GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out);
+// dweight[OC,C] += dout[N,OC]ᵀ·in[N,C]: A = in (N), B = dout (T), m = C, n = OC, k = N, lda = C, ldb = ld_out,
 // ldc = C, beta 1. The bias gradient is not a GEMM here: BGRADB would overwrite dbias, the contract adds to it.
-GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC);
+GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out);
 
 // ---- attention: strided-batched over the B·NH heads, hs = C/NH; q, k, v, y, dy, dq, dk, dv are [B,NH,T,hs]
 // contiguous (a head's [T,hs] every T·hs elements: the backend permutes them out of qkv[B,T,3C] first, whose heads

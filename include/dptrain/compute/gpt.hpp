@@ -83,7 +83,8 @@ class Gpt {
   std::vector<LayerActivations> layers_;
   void* lnf_;                        // [N,C]
   float *lnf_mean_, *lnf_rstd_;      // [N]
-  void* logits_;                     // [N,V] (probabilities after forward, dlogits after backward)
+  void* logits_;                     // [N,V] in rows of Vp = logits_row_length() (probabilities after forward,
+                                     // dlogits after backward)
   float* losses_;                    // [N]
   void* head_grad_;                  // [V,C] gradient dtype: the LM head's term of wte's gradient until folded in
   // Backward scratch: the residual stream's gradient and one buffer per branch activation.

@@ -13,6 +13,10 @@ struct ModelConfig {
   int heads = 4;       // attention heads; H % heads == 0
 
   int head_dim() const { return width / heads; }
+  // The logits' row length in the activations: V rounded up to a multiple of 64 (GPT-2's 50,257 → 50,304), so that
+  // every row of logits starts 128-byte aligned and the LM head's GEMMs get leading dimensions cuBLASLt's fast
+  // kernels accept (an odd one allows 2-byte loads only). The columns past V are never written nor read.
+  int logits_row_length() const { return (vocab + 63) / 64 * 64; }
   bool operator==(const ModelConfig&) const = default;
 };
 

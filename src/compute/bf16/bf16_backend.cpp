@@ -109,7 +109,7 @@ class Bf16Backend final : public Backend {
     d.upload(b.data(), host.data(), b.bytes());
     using R = GemmOperand;
     auto gemm = [&] {
-      gemm_->run(matmul_forward_plan(n, n, n, false), {{R::weight, a.data()}, {R::in, b.data()}, {R::out, c.data()}},
+      gemm_->run(matmul_forward_plan(n, n, n, n, false), {{R::weight, a.data()}, {R::in, b.data()}, {R::out, c.data()}},
                  DType::bf16);
     };
     for (int i = 0; i < 3; ++i) gemm();
@@ -176,9 +176,9 @@ class Bf16Backend final : public Backend {
   }
 
   void matmul_forward(void* out, const void* in, const void* w, const void* bias, std::size_t N, std::size_t,
-                      std::size_t C, std::size_t OC) override {
+                      std::size_t C, std::size_t OC, std::size_t ld_out) override {
     using R = GemmOperand;
-    gemm_->run(matmul_forward_plan(N, C, OC, bias != nullptr), {{R::weight, w}, {R::in, in}, {R::out, out}},
+    gemm_->run(matmul_forward_plan(N, C, OC, ld_out, bias != nullptr), {{R::weight, w}, {R::in, in}, {R::out, out}},
                DType::bf16, aligned_bias(bias, OC));
   }
   // cuBLASLt's bias epilogue reads the bias in 16-byte vectors (a less aligned one faults on GPUs). A model whose
@@ -191,13 +191,16 @@ class Bf16Backend final : public Backend {
     return copy;
   }
   void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
-                       std::size_t N, std::size_t, std::size_t C, std::size_t OC) override {
+                       std::size_t N, std::size_t, std::size_t C, std::size_t OC, std::size_t ld_out) override {
     using R = GemmOperand;
     if (din)
-      gemm_->run(matmul_backward_input_plan(N, C, OC), {{R::weight, w}, {R::dout, dout}, {R::din, din}}, DType::bf16);
-    gemm_->run(matmul_backward_weight_plan(N, C, OC), {{R::in, in}, {R::dout, dout}, {R::dweight, dw}}, DType::f32);
+      gemm_->run(matmul_backward_input_plan(N, C, OC, ld_out), {{R::weight, w}, {R::dout, dout}, {R::din, din}},
+                 DType::bf16);
+    gemm_->run(matmul_backward_weight_plan(N, C, OC, ld_out), {{R::in, in}, {R::dout, dout}, {R::dweight, dw}},
+               DType::f32);
     if (dbias)
-      kernels_->bias_backward(f(dbias), h(dout), N, OC, scratch_.get(kernels_->bias_backward_scratch_bytes(N, OC)));
+      kernels_->bias_backward(f(dbias), h(dout), N, OC, ld_out,
+                              scratch_.get(kernels_->bias_backward_scratch_bytes(N, OC)));
   }
 
   // Attention as permute + strided-batched GEMMs over the B·NH heads + the causal softmax kernels.
@@ -239,12 +242,12 @@ class Bf16Backend final : public Backend {
   void accumulate(void* out, const void* a, std::size_t n, DType dtype) override { reduce_add(out, a, n, dtype); }
 
   void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                     std::size_t V, double* loss_sum) override {
-    kernels_->classifier_forward(h(logits), losses, targets, N, V, loss_sum);
+                                     std::size_t V, std::size_t ld, double* loss_sum) override {
+    kernels_->classifier_forward(h(logits), losses, targets, N, V, ld, loss_sum);
   }
   void softmax_cross_entropy_backward(void* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                      std::size_t N, std::size_t V) override {
-    kernels_->classifier_backward(h(probs), losses, targets, dloss, N, V);
+                                      std::size_t N, std::size_t V, std::size_t ld) override {
+    kernels_->classifier_backward(h(probs), losses, targets, dloss, N, V, ld);
   }
 
   // ---- gradients and the optimizer -------------------------------------------------------------------------

@@ -33,7 +33,9 @@ class Bf16Kernels {
   virtual void layernorm_backward(bf16* din, float* dw, float* db, const bf16* dout, const bf16* in, const bf16* w,
                                   const float* mean, const float* rstd, std::size_t N, std::size_t C,
                                   void* scratch) = 0;
-  virtual void bias_backward(float* dbias, const bf16* dout, std::size_t N, std::size_t OC, void* scratch) = 0;
+  // dbias[OC] += Σ_rows dout, dout's rows ld ≥ OC elements apart.
+  virtual void bias_backward(float* dbias, const bf16* dout, std::size_t N, std::size_t OC, std::size_t ld,
+                             void* scratch) = 0;
   virtual void gelu_forward(bf16* out, const bf16* in, std::size_t n) = 0;
   virtual void gelu_backward(bf16* din, const bf16* in, const bf16* dout, std::size_t n) = 0;
 
@@ -50,11 +52,12 @@ class Bf16Kernels {
   virtual void causal_softmax_backward(bf16* dscores, const bf16* probs, const float* dprobs, std::size_t heads,
                                        std::size_t T) = 0;
 
-  // The classifier: probabilities and losses (their sum added into *loss_sum), then dlogits in place.
+  // The classifier: probabilities and losses (their sum added into *loss_sum), then dlogits in place; rows of V
+  // values ld ≥ V elements apart.
   virtual void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                  std::size_t V, double* loss_sum) = 0;
+                                  std::size_t V, std::size_t ld, double* loss_sum) = 0;
   virtual void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                   std::size_t N, std::size_t V) = 0;
+                                   std::size_t N, std::size_t V, std::size_t ld) = 0;
 
   virtual void add_bf16(bf16* acc, const bf16* in, std::size_t n) = 0;  // fp32 add, one rounding
   virtual void add_f32(float* acc, const float* in, std::size_t n) = 0;

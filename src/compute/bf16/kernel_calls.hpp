@@ -55,9 +55,10 @@ class KernelCalls final : public Bf16Kernels {
          std::size_t(kernels::partial_row_blocks(N)), C);
   }
 
-  void bias_backward(float* dbias, const bf16* dout, std::size_t N, std::size_t OC, void* scratch) override {
+  void bias_backward(float* dbias, const bf16* dout, std::size_t N, std::size_t OC, std::size_t ld,
+                     void* scratch) override {
     auto* partials = static_cast<float*>(scratch);
-    run_(kernels::bias_backward_launch(N), kernels::bias_backward, partials, dout, N, OC);
+    run_(kernels::bias_backward_launch(N), kernels::bias_backward, partials, dout, N, OC, ld);
     run_(kernels::sum_partials_launch(OC), kernels::sum_partials, dbias, static_cast<float*>(nullptr),
          static_cast<const float*>(partials), std::size_t(kernels::partial_row_blocks(N)), OC);
   }
@@ -95,13 +96,13 @@ class KernelCalls final : public Bf16Kernels {
   }
 
   void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N, std::size_t V,
-                          double* loss_sum) override {
-    run_(kernels::classifier_launch(N), kernels::classifier_forward, logits, losses, targets, N, V);
+                          std::size_t ld, double* loss_sum) override {
+    run_(kernels::classifier_launch(N), kernels::classifier_forward, logits, losses, targets, N, V, ld);
     run_(kernels::loss_sum_launch(), kernels::loss_sum, loss_sum, static_cast<const float*>(losses), N);
   }
   void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss, std::size_t N,
-                           std::size_t V) override {
-    run_(kernels::classifier_launch(N), kernels::classifier_backward, probs, losses, targets, dloss, N, V);
+                           std::size_t V, std::size_t ld) override {
+    run_(kernels::classifier_launch(N), kernels::classifier_backward, probs, losses, targets, dloss, N, V, ld);
   }
 
   void add_bf16(bf16* acc, const bf16* in, std::size_t n) override {

@@ -242,35 +242,35 @@ class CpuBackend final : public Backend {
   }
 
   void matmul_forward(void* out_, const void* in_, const void* w_, const void* bias_, std::size_t N, std::size_t T,
-                      std::size_t C, std::size_t OC) override {
+                      std::size_t C, std::size_t OC, std::size_t ld_out) override {
     float* out = f(out_);
     const float *in = f(in_), *w = f(w_), *bias = f(bias_);
     const bf16* w16 = bf16_weights(w, false, true);
-    DP_ASSERT(T > 0 && N % T == 0);
+    DP_ASSERT(T > 0 && N % T == 0 && ld_out >= OC);
     // out_w[T,OC] = in_w[T,C]·wᵀ (+ bias) window by window, the windows shared among the threads (a window's
     // product is not split: splitting its columns measured 20-30 % slower).
 #pragma omp parallel for schedule(static)
     for (std::size_t window = 0; window < N / T; ++window) {
-      float* o = out + window * T * OC;
+      float* o = out + window * T * ld_out;
       if (bias)
-        for (std::size_t r = 0; r < T; ++r) std::memcpy(o + r * OC, bias, OC * sizeof(float));
+        for (std::size_t r = 0; r < T; ++r) std::memcpy(o + r * ld_out, bias, OC * sizeof(float));
       weight_gemm(true, int(T), int(OC), int(C), in + window * T * C, int(C), w, w16, bias ? 1.0f : 0.0f, o,
-                  int(OC));
+                  int(ld_out));
     }
   }
 
   void matmul_backward(void* din_, void* dw_, void* dbias_, const void* dout_, const void* in_, const void* w_,
-                       std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
+                       std::size_t N, std::size_t T, std::size_t C, std::size_t OC, std::size_t ld_out) override {
     float *din = f(din_), *dw = f(dw_), *dbias = f(dbias_);
     const float *dout = f(dout_), *in = f(in_), *w = f(w_);
-    DP_ASSERT(T > 0 && N % T == 0);
+    DP_ASSERT(T > 0 && N % T == 0 && ld_out >= OC);
     const std::size_t windows = N / T;
     if (din) {
       // din_w[T,C] += dout_w[T,OC]·w[OC,C] window by window.
       const bf16* w16 = bf16_weights(w, false, false);
 #pragma omp parallel for schedule(static)
       for (std::size_t window = 0; window < windows; ++window)
-        weight_gemm(false, int(T), int(C), int(OC), dout + window * T * OC, int(OC), w, w16, 1.0f,
+        weight_gemm(false, int(T), int(C), int(OC), dout + window * T * ld_out, int(ld_out), w, w16, 1.0f,
                     din + window * T * C, int(C));
     }
     // dw[rows,C] += dout_w[T,rows]ᵀ·in_w[T,C] and dbias[rows] += Σ_t dout_w[t,rows], window after window: each
@@ -281,12 +281,12 @@ class CpuBackend final : public Backend {
     for (std::size_t block = 0; block < blocks.count; ++block) {
       const std::size_t o0 = blocks.begin(block), o1 = blocks.end(block);
       for (std::size_t window = 0; window < windows; ++window) {
-        const float* dout_w = dout + window * T * OC;
-        sgemm(true, false, int(o1 - o0), int(C), int(T), 1.0f, dout_w + o0, int(OC), in + window * T * C, int(C),
-              1.0f, dw + o0 * C, int(C));
+        const float* dout_w = dout + window * T * ld_out;
+        sgemm(true, false, int(o1 - o0), int(C), int(T), 1.0f, dout_w + o0, int(ld_out), in + window * T * C,
+              int(C), 1.0f, dw + o0 * C, int(C));
         if (dbias)
           for (std::size_t t = 0; t < T; ++t)
-            for (std::size_t o = o0; o < o1; ++o) dbias[o] += dout_w[t * OC + o];
+            for (std::size_t o = o0; o < o1; ++o) dbias[o] += dout_w[t * ld_out + o];
       }
     }
   }
@@ -397,11 +397,11 @@ class CpuBackend final : public Backend {
   }
 
   void softmax_cross_entropy_forward(void* logits_, float* losses, const std::int32_t* targets, std::size_t N,
-                                     std::size_t V, double* loss_sum) override {
+                                     std::size_t V, std::size_t ld, double* loss_sum) override {
     float* logits = f(logits_);
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
-      float* row = logits + i * V;
+      float* row = logits + i * ld;
       softmax_in_place(row, V);
       losses[i] = -std::log(std::max(row[targets[i]], 1e-30f));
     }
@@ -411,12 +411,12 @@ class CpuBackend final : public Backend {
   }
 
   void softmax_cross_entropy_backward(void* probs_, const float* /*losses: fp32 probabilities are exact enough*/,
-                                      const std::int32_t* targets, float dloss, std::size_t N,
-                                      std::size_t V) override {
+                                      const std::int32_t* targets, float dloss, std::size_t N, std::size_t V,
+                                      std::size_t ld) override {
     float* probs = f(probs_);
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
-      float* row = probs + i * V;
+      float* row = probs + i * ld;
       row[targets[i]] -= 1.0f;
       for (std::size_t j = 0; j < V; ++j) row[j] *= dloss;
     }
