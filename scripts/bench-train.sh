@@ -2,7 +2,8 @@
 # Training throughput of one process: dptrain against PyTorch's CPU eager mode on the same architecture, shapes,
 # optimizer and thread count, measured in the same run (alternating, twice each). Prints tokens/s and the ratio.
 # Usage: scripts/bench-train.sh [config (default configs/small.toml)] [threads (default: all cores)] [steps]
-# DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm auto"); ROUNDS: alternations (default 2).
+# DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm auto"); PYTORCH_FLAGS: more flags of gpt_reference.py bench
+# ("--bf16": BF16 autocast, the peer of "--cpu-gemm onednn-bf16"); ROUNDS: alternations (default 2).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
@@ -19,11 +20,12 @@ dptrain_tokens_per_s() {
 }
 pytorch_tokens_per_s() {
   /usr/bin/python3 "$DPTRAIN_ROOT/scripts/gpt_reference.py" bench --layers "$layers" --width "$width" \
-    --heads "$heads" --seq "$seq" --vocab "$vocab" --batch "$batch" --steps "$steps" --threads "$threads" 2>/dev/null |
+    --heads "$heads" --seq "$seq" --vocab "$vocab" --batch "$batch" --steps "$steps" --threads "$threads" \
+    ${PYTORCH_FLAGS:-} 2>/dev/null |
     awk '/^pytorch_tokens_per_s/ {print $2}'
 }
 
 dptrain_cpu_line
 echo "config $(basename "$config"): L=$layers H=$width heads=$heads Q=$seq V=$vocab batch=$batch, $threads thread(s)"
-echo "dptrain flags: ${DPTRAIN_FLAGS:-(defaults)}"
+echo "dptrain flags: ${DPTRAIN_FLAGS:-(defaults)}; PyTorch: ${PYTORCH_FLAGS:-(fp32 eager)}"
 dptrain_peer_rounds pytorch_tok/s

@@ -7,7 +7,8 @@ LayerNorm and an LM head tied to the token embedding; the loss is the mean cross
 and [out, in] shapes are those of the flat layout (include/dptrain/model/layout.hpp). Attention is the plain math,
 softmax(QKᵀ/√d + causal mask)·V (torch 1.13 has no scaled_dot_product_attention).
 
-  bench  train on random tokens with AdamW and print `pytorch_tokens_per_s <value>`: on the CPU in fp32 eager mode;
+  bench  train on random tokens with AdamW and print `pytorch_tokens_per_s <value>`: on the CPU in fp32 eager mode
+         (with --bf16 in BF16 autocast);
          with --device cuda (torch ≥ 2) in BF16 autocast with scaled_dot_product_attention (flash/cuDNN attention),
          fused AdamW, and with --compile through torch.compile — the peer of dptrain's cuda backend
   bench-ddp  the same on the CPU over --nproc local processes (torch.multiprocessing, gloo) under
@@ -144,7 +145,7 @@ def bench(args):
             torch.cuda.synchronize()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext():
+        with torch.autocast(args.device, dtype=torch.bfloat16) if cuda or args.bf16 else contextlib.nullcontext():
             loss = step_model(windows[:, :-1], windows[:, 1:])
         loss.backward()
         optimizer.step()
@@ -157,7 +158,7 @@ def bench(args):
     median = statistics.median(times[2:])
     params = sum(p.numel() for p in model.parameters())
     where = f"{torch.cuda.get_device_name()}, BF16 autocast, SDPA{', torch.compile' if args.compile else ''}" \
-        if cuda else f"{args.threads} threads"
+        if cuda else f"{args.threads} threads{', BF16 autocast' if args.bf16 else ''}"
     print(f"torch {torch.__version__}, {where}, {params} parameters, {tokens_per_step} tokens/step, "
           f"median step {median * 1e3:.1f} ms over {len(times) - 2} steps", file=sys.stderr)
     print(f"pytorch_tokens_per_s {tokens_per_step / median:.1f}")
@@ -309,6 +310,8 @@ def main():
         p.add_argument("--seed", type=int, default=1234)
     b.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     b.add_argument("--compile", action="store_true", help="torch.compile the model (cuda)")
+    b.add_argument("--bf16", action="store_true",
+                   help="on the CPU, BF16 autocast (oneDNN's BF16 matmuls; the peer of --cpu-gemm onednn-bf16)")
     c = sub.add_parser("check", help="loss and gradient norms of the weights in a safetensors file")
     c.add_argument("--safetensors", required=True)
     c.add_argument("--heads", type=int, required=True, help="not recorded in the weights")
