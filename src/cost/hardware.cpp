@@ -39,9 +39,10 @@ const DevicePreset* find_device_preset(std::string_view name) { return find_by_n
 
 const DevicePreset* device_preset_for_gpu(std::string_view gpu_name) {
   // "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB". The PCIe and NVL cards have other peaks
-  // (H100 PCIe 756, H100 NVL and H200 NVL about 835 TFLOP/s dense BF16): for them the peak is measured.
-  if (gpu_name.find("PCIe") != std::string_view::npos || gpu_name.find("NVL") != std::string_view::npos)
-    return nullptr;
+  // (H100 PCIe 756, H100 NVL and H200 NVL about 835 TFLOP/s dense BF16), and a MIG slice ("… MIG 1g.18gb") has a
+  // fraction of its GPU's: for them the peak is measured.
+  for (const std::string_view other : {"PCIe", "NVL", " MIG "})
+    if (gpu_name.find(other) != std::string_view::npos) return nullptr;
   for (const DevicePreset& preset : kDevicePresets) {
     std::string upper(preset.name);
     for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));

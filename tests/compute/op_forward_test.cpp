@@ -120,7 +120,7 @@ TEST_P(OpForward, MatmulMatchesDoubleReference) {
 }
 
 // A model whose width is no multiple of 8 has its biases at any alignment in the flat weights: the product is the
-// same, bit for bit, wherever the bias lies (a GPU's bias epilogue needs 16 bytes: the cuda backend copies it).
+// same, bit for bit, wherever the bias lies (the GEMM runner takes a bias at 256 bytes: the cuda backend copies it).
 TEST_P(OpForward, MatmulBiasAtAnyAlignmentGivesTheSameBits) {
   const std::size_t N = 6, C = 10, OC = 7;
   const auto d_in = activations(representable(act(), uniform(rng, N * C, -1, 1)));

@@ -18,7 +18,8 @@ TEST(Hardware, GpuNamesFindTheirPresetOnlyForTheSxmCards) {
     ASSERT_NE(preset, nullptr) << name;
     EXPECT_EQ(preset->peak_flops, peak) << name;
   }
-  for (const char* name : {"NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA L40S", ""})
+  for (const char* name : {"NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA H200 MIG 1g.18gb",
+                           "NVIDIA A100-SXM4-40GB MIG 3g.20gb", "NVIDIA L40S", ""})
     EXPECT_EQ(device_preset_for_gpu(name), nullptr) << name;
 }
 

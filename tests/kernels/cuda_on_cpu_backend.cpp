@@ -28,7 +28,7 @@ namespace {
 
 struct HarnessLauncher {
   template <typename Kernel, typename... Args>
-  void operator()(const kernels::Launch& l, Kernel kernel, Args... args) const {
+  void operator()(const char* /*operation*/, const kernels::Launch& l, Kernel kernel, Args... args) const {
     cuda_on_cpu::launch(kernel, l, args...);
   }
 };

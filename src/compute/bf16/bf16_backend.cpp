@@ -181,9 +181,10 @@ class Bf16Backend final : public Backend {
     gemm_->run(matmul_forward_plan(N, C, OC, ld_out, bias != nullptr), {{R::weight, w}, {R::in, in}, {R::out, out}},
                DType::bf16, aligned_bias(bias, OC));
   }
-  // cuBLASLt's bias epilogue reads the bias in 16-byte vectors (a less aligned one faults on GPUs). A model whose
-  // width is no multiple of 8 has its biases at lesser alignments in the flat weights: such a bias is copied into
-  // aligned scratch first (the same values: the same bits).
+  // cuBLASLt's bias epilogue reads the bias in vectors (a less aligned one faults on GPUs), and the GEMM runner
+  // takes biases at kBiasAlignment (256 bytes) only. Biases lie at any offset of the flat weights (all of GPT-2
+  // small's at multiples of 256 bytes; a narrow model's at 16 or less): the others are copied into the scratch,
+  // which starts at an allocation's alignment (the same values: the same bits).
   const void* aligned_bias(const void* bias, std::size_t OC) {
     if (bias == nullptr || reinterpret_cast<std::uintptr_t>(bias) % kBiasAlignment == 0) return bias;
     void* copy = scratch_.get(OC * sizeof(bf16));

@@ -17,7 +17,8 @@ const void* gemm_tensor(std::initializer_list<GemmTensor> tensors, GemmOperand r
 void check_gemm_bias(const GemmPlan& plan, const void* bias) {
   if (plan.bias_epilogue != (bias != nullptr)) throw std::logic_error("GEMM: bias given iff the plan adds one");
   if (reinterpret_cast<std::uintptr_t>(bias) % kBiasAlignment != 0)
-    throw std::logic_error("GEMM: a bias not 16-byte aligned (cuBLASLt's epilogue loads it in 16-byte vectors)");
+    throw std::logic_error(fmt::format("GEMM: a bias not {}-byte aligned (cuBLASLt's epilogue loads it in vectors)",
+                                       kBiasAlignment));
 }
 
 }  // namespace dptrain

@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "dptrain/compute/gemm_plan.hpp"
+#include "dptrain/core/memory.hpp"
 #include "dptrain/core/dtype.hpp"
 
 namespace dptrain {
@@ -14,8 +15,10 @@ struct GemmTensor {
   const void* data;  // D's is written
 };
 
-// The alignment run() needs of a bias: cuBLASLt's bias epilogue loads it in 16-byte vectors.
-constexpr std::size_t kBiasAlignment = 16;
+// The alignment run() needs of a bias: the allocations' own (Memory::kAlignment). cuBLASLt's bias epilogue loads it
+// in vectors, and its heuristic, asked before a bias pointer is known, may pick a kernel that assumes more than 16
+// bytes; a bias always 256-byte aligned keeps every cached choice valid.
+constexpr std::size_t kBiasAlignment = Memory::kAlignment;
 
 class GemmRunner {
  public:

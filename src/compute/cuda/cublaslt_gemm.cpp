@@ -2,7 +2,9 @@
 #include "cublaslt_gemm.hpp"
 
 #include <cstdint>
+#include <new>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -24,6 +26,15 @@ unsigned alignment_of(const void* p, std::int64_t ld, std::int64_t stride, std::
   return alignment;
 }
 
+// The call in words, for the messages of a failed heuristic or matmul.
+std::string describe(const GemmPlan& plan, cudaDataType_t d_type, unsigned align_a, unsigned align_b,
+                     unsigned align_d) {
+  return fmt::format(
+      "m {} n {} k {} (op {}{}, lda {} ldb {} ldc {}, batch {}, D {}, bias {}, alignments {}/{}/{} bytes)", plan.m,
+      plan.n, plan.k, plan.transa == GemmOp::T ? 'T' : 'N', plan.transb == GemmOp::T ? 'T' : 'N', plan.lda, plan.ldb,
+      plan.ldc, plan.batch, d_type == CUDA_R_32F ? "fp32" : "bf16", plan.bias_epilogue, align_a, align_b, align_d);
+}
+
 }  // namespace
 
 CublasLtGemm::CublasLtGemm(Memory& device_memory, cudaStream_t stream)
@@ -36,13 +47,15 @@ CublasLtGemm::~CublasLtGemm() {
   cublasLtDestroy(handle_);
 }
 
-const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key) {
+const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key, const void* bias) {
   if (auto found = prepared_.find(key); found != prepared_.end()) return found->second;
   const auto& [plan, d_type_int, align_a, align_b, align_d] = key;
-  const bool bias = plan.bias_epilogue;
   const auto d_type = cudaDataType_t(d_type_int);
-  const bool ta = plan.transa == GemmOp::T, tb = plan.transb == GemmOp::T;
   Prepared p{CublasLtDescriptors(plan, d_type)};
+  // The heuristic reads the bias pointer's alignment from its value: give it one (always kBiasAlignment-aligned).
+  if (bias)
+    DP_CUDA(cublasLtMatmulDescSetAttribute(p.descriptors.operation(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof bias));
 
   cublasLtMatmulPreference_t preference = nullptr;
   DP_CUDA(cublasLtMatmulPreferenceCreate(&preference));
@@ -64,11 +77,8 @@ const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key) {
                                      described.d(), preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0)
-    throw std::runtime_error(fmt::format(
-        "cuBLASLt has no algorithm for m {} n {} k {} (op {}{}, lda {} ldb {} ldc {}, batch {}, D {}, bias {}, "
-        "alignments {}/{}/{} bytes)",
-        plan.m, plan.n, plan.k, ta ? 'T' : 'N', tb ? 'T' : 'N', plan.lda, plan.ldb, plan.ldc,
-        plan.batch, d_type == CUDA_R_32F ? "fp32" : "bf16", bias, align_a, align_b, align_d));
+    throw std::runtime_error(
+        fmt::format("cuBLASLt has no algorithm for {}", describe(plan, d_type, align_a, align_b, align_d)));
   p.algorithm = result.algo;
   return prepared_.emplace(key, std::move(p)).first->second;
 }
@@ -78,16 +88,27 @@ void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> t
   void* D = const_cast<void*>(gemm_tensor(tensors, plan.c));
   check_gemm_bias(plan, bias);
   const cudaDataType_t d_type = d == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
-  const Prepared& p = prepare({plan, int(d_type), alignment_of(A, plan.lda, plan.stride_a, 2),
-                               alignment_of(B, plan.ldb, plan.stride_b, 2),
-                               alignment_of(D, plan.ldc, plan.stride_c, element_size(d))});
+  const unsigned align_a = alignment_of(A, plan.lda, plan.stride_a, 2),
+                 align_b = alignment_of(B, plan.ldb, plan.stride_b, 2),
+                 align_d = alignment_of(D, plan.ldc, plan.stride_c, element_size(d));
+  const Prepared& p = prepare({plan, int(d_type), align_a, align_b, align_d}, bias);
   const CublasLtDescriptors& described = p.descriptors;
   if (bias)
     DP_CUDA(cublasLtMatmulDescSetAttribute(described.operation(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof bias));
   const float alpha = plan.alpha, beta = plan.beta;
-  DP_CUDA(cublasLtMatmul(handle_, described.operation(), &alpha, A, described.a(), B, described.b(), &beta, D,
-                         described.d(), D, described.d(), &p.algorithm, workspace_.data(), kWorkspaceBytes, stream_));
+  const cublasStatus_t status =
+      cublasLtMatmul(handle_, described.operation(), &alpha, A, described.a(), B, described.b(), &beta, D,
+                     described.d(), D, described.d(), &p.algorithm, workspace_.data(), kWorkspaceBytes, stream_);
+  const cudaError_t ran = status == CUBLAS_STATUS_SUCCESS && synchronize_each_call() ? cudaStreamSynchronize(stream_)
+                                                                                     : cudaSuccess;
+  if (status != CUBLAS_STATUS_SUCCESS || ran != cudaSuccess) {
+    if (status == CUBLAS_STATUS_ALLOC_FAILED || ran == cudaErrorMemoryAllocation) throw std::bad_alloc();
+    throw std::runtime_error(fmt::format(
+        "cuBLASLt matmul failed ({}) for {}",
+        status != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(status) : cudaGetErrorString(ran),
+        describe(plan, d_type, align_a, align_b, align_d)));
+  }
 }
 
 }  // namespace dptrain::cuda

@@ -37,7 +37,7 @@ class CublasLtGemm final : public GemmRunner {
     cublasLtMatmulAlgo_t algorithm{};
   };
   using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned /*alignments of A, B, D*/>;
-  const Prepared& prepare(const Key& key);
+  const Prepared& prepare(const Key& key, const void* bias);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;

@@ -48,8 +48,13 @@ void* CudaDevice::allocate(std::size_t bytes) {
   return data;
 }
 
-// cudaFree waits for the work that may still use the memory.
-void CudaDevice::release(void* data) noexcept { cudaFree(data); }
+// The work issued before may still use the memory (the contract of Memory::release): wait for all of it first,
+// rather than rely on cudaFree's "may synchronize". Buffers are released at set-up, teardown and when a scratch
+// grows, never in a step's steady state.
+void CudaDevice::release(void* data) noexcept {
+  cudaDeviceSynchronize();  // an error here will be reported by the next checked call
+  cudaFree(data);
+}
 
 void CudaDevice::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes) DP_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));

@@ -1,5 +1,7 @@
 // Bf16Kernels on a CUDA stream: each kernel launched with `<<<>>>` in the shape its kernel file computes, and the
-// launch checked at once (a bad configuration fails at its call, not at the next synchronisation).
+// launch checked at once (a bad configuration fails at its call, not at the next synchronisation), naming the
+// operation and the launch's shape. With DPTRAIN_CUDA_SYNC=1 each kernel is also waited for, so that a fault in
+// it is reported at its own launch.
 #include "../bf16/kernel_calls.hpp"
 #include "cuda_check.hpp"
 #include "kernel_launches.hpp"
@@ -11,9 +13,11 @@ namespace {
 struct StreamLauncher {
   cudaStream_t stream;
   template <typename Kernel, typename... Args>
-  void operator()(const kernels::Launch& l, Kernel kernel, Args... args) const {
+  void operator()(const char* operation, const kernels::Launch& l, Kernel kernel, Args... args) const {
     kernel<<<l.grid, l.block, l.shared_bytes, stream>>>(args...);
-    DP_CUDA(cudaGetLastError());
+    cudaError_t error = cudaGetLastError();
+    if (error == cudaSuccess && synchronize_each_call()) error = cudaStreamSynchronize(stream);
+    if (error != cudaSuccess) throw_kernel_error(error, operation, l.grid, l.block, l.shared_bytes);
   }
 };
 
