@@ -95,6 +95,8 @@ std::string_view operand_name(GemmOperand operand) {
     case O::probs: return "probs";
     case O::dprobs: return "dprobs";
     case O::dscores: return "dscores";
+    case O::bias: return "bias";
+    case O::ones: return "ones";
   }
   return "?";
 }
@@ -147,6 +149,21 @@ GemmPlan attention_dq_plan(std::size_t B, std::size_t T, std::size_t C, std::siz
 GemmPlan attention_dk_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
   const Heads h = heads(B, T, C, NH);  // dk[T,hs] = scale·dscores[T,T]ᵀ·q[T,hs]
   return batched(row_major_product(O::dk, {O::dscores, kT}, {O::q, kN}, h.T, h.hs, h.T, h.scale, 0.0f), h.count);
+}
+
+UnfusedBias unfused_bias_plans(const GemmPlan& plan) {
+  DP_ASSERT(plan.bias_epilogue && plan.beta == 0.0f && plan.batch == 1);
+  GemmPlan broadcast{.a = O::bias, .b = O::ones, .c = plan.c};
+  broadcast.m = plan.m;
+  broadcast.n = plan.n;
+  broadcast.k = 1;
+  broadcast.lda = plan.m;
+  broadcast.ldb = 1;
+  broadcast.ldc = plan.ldc;
+  GemmPlan product = plan;
+  product.bias_epilogue = false;
+  product.beta = 1.0f;
+  return {broadcast, product};
 }
 
 std::string gemm_plan_problem(const GemmPlan& p) {

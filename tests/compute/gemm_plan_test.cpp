@@ -286,6 +286,30 @@ TEST_P(GemmPlanReplay, MatchesTheRowMajorProductOnAwkwardShapes) {
 INSTANTIATE_TEST_SUITE_P(EveryProduct, GemmPlanReplay, testing::ValuesIn(kReplayCases),
                          [](const testing::TestParamInfo<ReplayCase>& info) { return info.param.name; });
 
+// The bias epilogue unfused (where cuBLASLt has no kernel with it): the broadcast writes the bias into every
+// column of out exactly and leaves the padding alone, and the product then accumulates onto it — the forward
+// matmul with its bias, within the same bound.
+TEST(GemmPlan, TheUnfusedBiasIsABroadcastThenTheProductOntoIt) {
+  std::mt19937 rng(3);
+  for (const MatmulShape& s : kMatmulShapes) {
+    SCOPED_TRACE(s.describe());
+    Tensors t = s.random_tensors(rng);
+    const std::vector<float> bias = random_floats(s.OC, rng);
+    t[O::bias] = bias;
+    t[O::ones] = std::vector<float>(s.N, 1.0f);
+    const UnfusedBias unfused = unfused_bias_plans(matmul_forward_plan(s.N, s.C, s.OC, s.ld_out, true));
+    EXPECT_EQ(gemm_plan_problem(unfused.broadcast), "");
+    EXPECT_FALSE(unfused.product.bias_epilogue);
+    replay(unfused.broadcast, t);
+    for (std::size_t r = 0; r < s.N; ++r)
+      for (std::size_t c = 0; c < s.ld_out; ++c)
+        ASSERT_EQ(t[O::out][r * s.ld_out + c], c < s.OC ? bias[c] : kUnwritten) << r << "," << c;
+    // beta 1 onto out = bias is the bias term of the reference.
+    expect_replay_matches(unfused.product, t, {O::out, O::in, false, O::weight, true},
+                          [&s](O o) { return s.dims(o); }, 1, 1.0f, 1.0f);
+  }
+}
+
 // ---- the fields, against the table of CUDA.md ---------------------------------------------------------------
 
 TEST(GemmPlan, MatmulPlansMatchTheTableOfCudaMd) {

@@ -27,6 +27,7 @@ enum class GemmOperand : std::uint8_t {
   in, weight, out, dout, din, dweight,  // matmul: in[N,C], weight[OC,C], out[N,OC] and their gradients
   q, k, v, y, dy, dq, dk, dv,           // attention, per head [T,hs]: q, k, v, output y and the gradients
   scores, probs, dprobs, dscores,       // attention, per head [T,T]
+  bias, ones,                           // the unfused bias epilogue: the bias [m], and n ones
 };
 std::string_view operand_name(GemmOperand operand);  // "weight", "dscores", ...
 
@@ -75,6 +76,16 @@ GemmPlan attention_dv_plan(std::size_t B, std::size_t T, std::size_t C, std::siz
 GemmPlan attention_dq_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
 // dk[T,hs] = scale·dscores[T,T]ᵀ·q[T,hs]: A = q (N), B = dscores (T), m = hs, n = T, k = T.
 GemmPlan attention_dk_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+
+// ---- the bias epilogue unfused, where cuBLASLt has no kernel with it (an operand at 2-byte alignment may leave
+// none): first D = bias·onesᵀ, A = bias (m×1, lda m), B = ones (1×n, ldb 1), k = 1, beta 0 — every column of D
+// the bias, exactly; then the plan itself without its epilogue and with beta 1. The same arithmetic as the
+// epilogue: alpha·op(A)·op(B) + bias in fp32, rounded once into D. For a plan with a bias epilogue, beta 0 and one
+// batch member (the matmul forward's).
+struct UnfusedBias {
+  GemmPlan broadcast, product;
+};
+UnfusedBias unfused_bias_plans(const GemmPlan& plan);
 
 // ---- checks the backend can make before the first call
 

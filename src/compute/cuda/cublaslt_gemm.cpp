@@ -6,10 +6,12 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cuda_check.hpp"
+#include "dptrain/core/bf16.hpp"
 
 namespace dptrain::cuda {
 
@@ -38,7 +40,7 @@ std::string describe(const GemmPlan& plan, cudaDataType_t d_type, unsigned align
 }  // namespace
 
 CublasLtGemm::CublasLtGemm(Memory& device_memory, cudaStream_t stream)
-    : stream_(stream), workspace_(device_memory, kWorkspaceBytes) {
+    : memory_(device_memory), stream_(stream), workspace_(device_memory, kWorkspaceBytes) {
   DP_CUDA(cublasLtCreate(&handle_));
 }
 
@@ -47,8 +49,8 @@ CublasLtGemm::~CublasLtGemm() {
   cublasLtDestroy(handle_);
 }
 
-const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key, const void* bias) {
-  if (auto found = prepared_.find(key); found != prepared_.end()) return found->second;
+const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* bias) {
+  if (auto found = prepared_.find(key); found != prepared_.end()) return found->second ? &*found->second : nullptr;
   const auto& [plan, d_type_int, align_a, align_b, align_d] = key;
   const auto d_type = cudaDataType_t(d_type_int);
   Prepared p{CublasLtDescriptors(plan, d_type)};
@@ -76,11 +78,21 @@ const CublasLtGemm::Prepared& CublasLtGemm::prepare(const Key& key, const void* 
       cublasLtMatmulAlgoGetHeuristic(handle_, described.operation(), described.a(), described.b(), described.d(),
                                      described.d(), preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0)
-    throw std::runtime_error(
-        fmt::format("cuBLASLt has no algorithm for {}", describe(plan, d_type, align_a, align_b, align_d)));
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    prepared_.emplace(key, std::nullopt);
+    return nullptr;
+  }
   p.algorithm = result.algo;
-  return prepared_.emplace(key, std::move(p)).first->second;
+  return &*prepared_.emplace(key, std::move(p)).first->second;
+}
+
+const void* CublasLtGemm::ones(std::size_t count) {
+  if (ones_.bytes() < count * sizeof(bf16)) {
+    ones_ = Buffer(memory_, count * sizeof(bf16));
+    const std::vector<bf16> host(count, to_bf16(1.0f));
+    memory_.upload(ones_.data(), host.data(), ones_.bytes());
+  }
+  return ones_.data();
 }
 
 void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d, const void* bias) {
@@ -91,7 +103,17 @@ void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> t
   const unsigned align_a = alignment_of(A, plan.lda, plan.stride_a, 2),
                  align_b = alignment_of(B, plan.ldb, plan.stride_b, 2),
                  align_d = alignment_of(D, plan.ldc, plan.stride_c, element_size(d));
-  const Prepared& p = prepare({plan, int(d_type), align_a, align_b, align_d}, bias);
+  const Prepared* prepared = prepare({plan, int(d_type), align_a, align_b, align_d}, bias);
+  if (prepared == nullptr && plan.bias_epilogue) {
+    const UnfusedBias unfused = unfused_bias_plans(plan);
+    run(unfused.broadcast, {{GemmOperand::bias, bias}, {GemmOperand::ones, ones(std::size_t(plan.n))}, {plan.c, D}},
+        d);
+    return run(unfused.product, tensors, d);
+  }
+  if (prepared == nullptr)
+    throw std::runtime_error(
+        fmt::format("cuBLASLt has no algorithm for {}", describe(plan, d_type, align_a, align_b, align_d)));
+  const Prepared& p = *prepared;
   const CublasLtDescriptors& described = p.descriptors;
   if (bias)
     DP_CUDA(cublasLtMatmulDescSetAttribute(described.operation(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,

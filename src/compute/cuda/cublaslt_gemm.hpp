@@ -2,7 +2,9 @@
 // (activations) or fp32 (parameter gradients, attention scores), an optional bias epilogue. Each call is a
 // GemmPlan (compute/gemm_plan.hpp: the column-major parameters, replayed against BLAS in the CPU tests). The
 // heuristic's choice is cached per (plan, D type, epilogue, pointer alignments): the query costs tens of µs and
-// runs once per shape. One 32 MiB workspace (Hopper's recommendation).
+// runs once per shape. Where it has no algorithm with the bias epilogue, the bias is added unfused
+// (unfused_bias_plans: a broadcast, then the product onto it; the same arithmetic). One 32 MiB workspace (Hopper's
+// recommendation).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "../bf16/gemm_runner.hpp"
@@ -37,12 +40,17 @@ class CublasLtGemm final : public GemmRunner {
     cublasLtMatmulAlgo_t algorithm{};
   };
   using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned /*alignments of A, B, D*/>;
-  const Prepared& prepare(const Key& key, const void* bias);
+  // The cached choice for the key; null where the heuristic has none (also cached).
+  const Prepared* prepare(const Key& key, const void* bias);
+  // `count` BF16 ones on the device (the unfused bias's broadcast), grown on first need.
+  const void* ones(std::size_t count);
 
+  Memory& memory_;
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   Buffer workspace_;
-  std::map<Key, Prepared> prepared_;
+  Buffer ones_;
+  std::map<Key, std::optional<Prepared>> prepared_;
 };
 
 }  // namespace dptrain::cuda
