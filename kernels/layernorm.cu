@@ -26,7 +26,7 @@ __global__ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf1
     const float d = to_f32(x[c]) - m;
     squares += d * d;
   }
-  const float s = rsqrtf(warp_sum(squares) / float(C) + 1e-5f);
+  const float s = 1.0f / sqrtf(warp_sum(squares) / float(C) + 1e-5f);  // IEEE, as the cpu backend (rsqrtf: 2 ulp)
   bf16* o = out + row * C;
   for (std::size_t c = lane; c < C; c += 32) o[c] = to_bf16_rne((to_f32(x[c]) - m) * s * to_f32(w[c]) + to_f32(b[c]));
   if (lane == 0) {

@@ -5,11 +5,13 @@
 #   1. the device and library versions (nvidia-smi, nvcc, torch, the NCCL dptrain loads),
 #   2. the GPU tests: every compute op on cuda against its reference, the whole model and 50 training steps of the
 #      small shape against the cpu backend, bitwise repeatability and resume (gtest JSON and exit status per binary),
-#   3. compute-sanitizer memcheck and racecheck on the cuda op tests (where the machine's runtime supports it),
-#   4. the benchmark: gpt2-124m at Q = 1024, the largest micro-batch of 64, 32, 16 that fits (a smaller one only
+#   3. the benchmark: gpt2-124m at Q = 1024, the largest micro-batch of 64, 32, 16 that fits (a smaller one only
 #      after a refusal or failure for memory), 30 steps — tokens/s, MFU, memory — beside PyTorch on the same shape
 #      in the same run (eager with SDPA and BF16 autocast), then 6 steps with --op-times (time and GEMM rate per
-#      op: where the time goes), then torch.compile if time is left,
+#      op: where the time goes),
+#   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the cuda op tests and the tiny model's
+#      forward and backward (where the machine's runtime supports it),
+#   5. torch.compile if time is left,
 # and writes everything to $OUT, with the summary in $OUT/check-<date>.json (commit it under docs/gpu/), written on
 # every exit: a step that runs out of time or crashes still leaves the summary of what ran. A test binary that
 # crashed, timed out or left no readable result counts as failed, and so does every cuda test that was skipped (on
@@ -63,7 +65,7 @@ summary = {
     "pytorch_tokens_per_s": float(eager) if eager else None,
     "pytorch_compile_tokens_per_s": float(compiled) if compiled else None,
 }
-for tool in ("memcheck", "racecheck"):
+for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
     p = os.path.join(out, f"sanitizer-{tool}.txt")
     if os.path.exists(p):
         last = open(p).read().strip().split()
@@ -125,22 +127,7 @@ run_tests compute_test '*/cuda:*/cuda_B*' 150
 run_tests dp_test 'Backends/*/cuda' 150
 run_tests train_test 'Backends/*/cuda' 90
 
-# ---- 3. sanitizers on the op tests --------------------------------------------------------------------------------
-# compute-sanitizer starts the program through `env`, which gives it the bundle's libraries (the tool keeps the
-# machine's own); --target-processes all follows it there.
-if command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck; do
-    seconds=$(step_timeout 90)
-    if [ "$seconds" -lt 20 ]; then log "compute-sanitizer $tool not started: the deadline is near"; continue; fi
-    log "compute-sanitizer --tool $tool (at most $seconds s)"
-    timeout "$seconds" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
-      env LD_LIBRARY_PATH="$bundle_lib:$LD_LIBRARY_PATH" "$bin/compute_test" \
-      --gtest_filter='*OpForward.*/cuda:*Optimizer.*/cuda:*AttentionForward.*/cuda_B*' > "$OUT/sanitizer-$tool.txt" 2>&1
-    echo "$tool exit $?" | tee -a "$OUT/sanitizer-$tool.txt"
-  done
-fi
-
-# ---- 4. the benchmark -----------------------------------------------------------------------------------------------
+# ---- 3. the benchmark -----------------------------------------------------------------------------------------------
 python3 - "$OUT/corpus.txt" <<'PY'
 import random, sys
 random.seed(1)
@@ -181,6 +168,29 @@ if [ "$batch" -gt 0 ]; then
       > "$OUT/op-times.txt" 2>&1
     echo "exit $?" >> "$OUT/op-times.txt"
   fi
+fi
+
+# ---- 4. sanitizers on the op tests and the whole model's forward and backward ------------------------------------
+# Every kernel runs: the ops forward, the optimizer, attention, and the tiny model's backward (GptGradient, whose
+# finite-difference checks skip BF16 backends but whose accumulation and repeatability tests run every backward
+# kernel). memcheck (out of bounds, misaligned), racecheck (shared memory), synccheck (barriers), initcheck (reads of
+# memory never written: the padding of the logits' rows included). compute-sanitizer starts the program through
+# `env`, which gives it the bundle's libraries (the tool keeps the machine's own); --target-processes all follows it.
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck synccheck initcheck; do
+    seconds=$(step_timeout 60)
+    if [ "$seconds" -lt 20 ]; then log "compute-sanitizer $tool not started: the deadline is near"; continue; fi
+    log "compute-sanitizer --tool $tool (at most $seconds s)"
+    timeout "$seconds" compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
+      env LD_LIBRARY_PATH="$bundle_lib:$LD_LIBRARY_PATH" "$bin/compute_test" \
+      --gtest_filter='*OpForward.*/cuda:*Optimizer.*/cuda:*AttentionForward.*/cuda_B*:*GptGradient.BackwardAccumulates/cuda:*GptGradient.RepeatsBitwise/cuda' \
+      > "$OUT/sanitizer-$tool.txt" 2>&1
+    echo "$tool exit $?" | tee -a "$OUT/sanitizer-$tool.txt"
+  done
+fi
+
+# ---- 5. torch.compile, if time is left ------------------------------------------------------------------------------
+if [ "$batch" -gt 0 ]; then
   seconds=$(step_timeout 150)
   if [ "$seconds" -ge 90 ]; then
     log "PyTorch torch.compile, batch $batch (at most $seconds s)"

@@ -240,5 +240,5 @@ T __shfl_down_sync(unsigned, T value, unsigned delta) {
   const unsigned lane = threadIdx.x % cuda_on_cpu::kWarpSize;
   return cuda_on_cpu::shuffle(value, lane + delta < cuda_on_cpu::kWarpSize ? lane + delta : lane);
 }
-inline float __expf(float x) { return std::exp(x); }
-inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+// No rsqrtf or other approximate intrinsics: on the GPU they differ from the host functions by ulps, so a kernel
+// uses the IEEE ones (1.0f / sqrtf), which the harness computes the same.
