@@ -15,9 +15,9 @@ struct GemmTensor {
   const void* data;  // D's is written
 };
 
-// The alignment run() needs of a bias: the allocations' own (Memory::kAlignment). cuBLASLt's bias epilogue loads it
-// in vectors, and its heuristic, asked before a bias pointer is known, may pick a kernel that assumes more than 16
-// bytes; a bias always 256-byte aligned keeps every cached choice valid.
+// The alignment run() needs of a bias: the allocations' own (Memory::kAlignment). cuBLASLt's bias epilogue reads it
+// in wide loads, its alignment preferences do not cover it, and its heuristic reads the pointer of a shape's first
+// call: a bias always 256-byte aligned keeps every cached choice valid for the later ones.
 constexpr std::size_t kBiasAlignment = Memory::kAlignment;
 
 class GemmRunner {
