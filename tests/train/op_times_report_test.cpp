@@ -4,8 +4,24 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace dptrain {
 namespace {
+
+// A row's per-step figures: calls, milliseconds, share of the step, GFLOP/s.
+void expect_per_step(const nlohmann::json& row, double calls, double ms, double share, double gflops) {
+  EXPECT_DOUBLE_EQ(row["calls_per_step"].get<double>(), calls) << row;
+  EXPECT_DOUBLE_EQ(row["ms_per_step"].get<double>(), ms) << row;
+  EXPECT_DOUBLE_EQ(row["share"].get<double>(), share) << row;
+  EXPECT_DOUBLE_EQ(row["gflops"].get<double>(), gflops) << row;
+}
+
+std::string text_of(const OpTimesReport& report) {
+  std::string text;
+  for (const std::string& line : report.lines) text += line + "\n";
+  return text;
+}
 
 TEST(OpTimesReport, PerStepRowsAndTheRestOfTheStep) {
   const std::vector<OpTimeRow> rows = {{"matmul_forward", false, 18, 0.6, 1.2e9, ""},
@@ -17,10 +33,7 @@ TEST(OpTimesReport, PerStepRowsAndTheRestOfTheStep) {
   const nlohmann::json& mf = report.rows[0];
   EXPECT_EQ(mf["op"], "matmul_forward");
   EXPECT_EQ(mf["thread"], "compute");
-  EXPECT_DOUBLE_EQ(mf["calls_per_step"].get<double>(), 9);
-  EXPECT_DOUBLE_EQ(mf["ms_per_step"].get<double>(), 300);
-  EXPECT_DOUBLE_EQ(mf["share"].get<double>(), 0.6);
-  EXPECT_DOUBLE_EQ(mf["gflops"].get<double>(), 2);
+  expect_per_step(mf, 9, 300, 0.6, 2);
   EXPECT_TRUE(report.rows[1]["gflops"].is_null());
   const nlohmann::json& rest = report.rows[2];
   EXPECT_EQ(rest["op"], kNotInAnOp);
@@ -29,8 +42,7 @@ TEST(OpTimesReport, PerStepRowsAndTheRestOfTheStep) {
   EXPECT_EQ(report.rows[3]["op"], "reduce_add");
   EXPECT_EQ(report.rows[3]["thread"], "comm");
   EXPECT_DOUBLE_EQ(report.rows[3]["ms_per_step"].get<double>(), 50);
-  std::string text;
-  for (const std::string& line : report.lines) text += line + "\n";
+  const std::string text = text_of(report);
   EXPECT_NE(text.find("50.0%"), std::string::npos) << text;  // 2 GFLOP/s of a 4 GFLOP/s peak
   EXPECT_NE(text.find("reduce_add (comm thread)"), std::string::npos) << text;
   EXPECT_NE(text.find("total"), std::string::npos) << text;
@@ -46,12 +58,8 @@ TEST(OpTimesReport, ShapeRowsFollowTheTable) {
   const nlohmann::json& head = report.shape_rows[1];
   EXPECT_EQ(head["op"], "matmul_forward");
   EXPECT_EQ(head["shape"], "64×8→50257");
-  EXPECT_DOUBLE_EQ(head["calls_per_step"].get<double>(), 1);
-  EXPECT_DOUBLE_EQ(head["ms_per_step"].get<double>(), 100);
-  EXPECT_DOUBLE_EQ(head["share"].get<double>(), 0.2);
-  EXPECT_DOUBLE_EQ(head["gflops"].get<double>(), 2);
-  std::string text;
-  for (const std::string& line : report.lines) text += line + "\n";
+  expect_per_step(head, 1, 100, 0.2, 2);
+  const std::string text = text_of(report);
   const std::size_t by_shape = text.find("by shape"), total = text.find("total");
   ASSERT_NE(by_shape, std::string::npos) << text;
   EXPECT_LT(total, by_shape) << text;

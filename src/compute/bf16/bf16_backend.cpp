@@ -109,8 +109,8 @@ class Bf16Backend final : public Backend {
     d.upload(b.data(), host.data(), b.bytes());
     using R = GemmOperand;
     auto gemm = [&] {
-      gemm_->run(matmul_forward_plan(n, n, n, n, false), {{R::weight, a.data()}, {R::in, b.data()}, {R::out, c.data()}},
-                 DType::bf16);
+      gemm_->run(matmul_forward_plan(n, n, n, n, false),
+                 {{R::weight, a.data()}, {R::in, b.data()}, {R::out, c.data()}}, DType::bf16);
     };
     for (int i = 0; i < 3; ++i) gemm();
     const Event start = d.create_event(), end = d.create_event();

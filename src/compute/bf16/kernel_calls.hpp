@@ -1,7 +1,7 @@
 // KernelCalls<Launcher>: Bf16Kernels from the kernels of kernels/, each launched with the shape its kernel file
-// computes. Launcher is a callable (the Bf16Kernels operation's name, Launch, kernel, args...) that runs the kernel: `<<<>>>` on a CUDA stream (the
-// cuda backend) or the CPU harness (tests/kernels/cuda_on_cpu.hpp). Include it after the kernels' declarations
-// are reachable: nvcc, or the harness first. C++17.
+// computes. Launcher is a callable (the Bf16Kernels operation's name, Launch, kernel, args...) that runs the kernel:
+// `<<<>>>` on a CUDA stream (the cuda backend) or the CPU harness (tests/kernels/cuda_on_cpu.hpp). Include it after
+// the kernels' declarations are reachable: nvcc, or the harness first. C++17.
 #pragma once
 #include "attention.cuh"
 #include "bf16_kernels.hpp"
@@ -31,13 +31,16 @@ class KernelCalls final : public Bf16Kernels {
 
   void embedding_forward(bf16* out, const std::int32_t* tokens, const bf16* wte, const bf16* wpe, std::size_t N,
                          std::size_t T, std::size_t C) override {
-    run_(__func__, kernels::embedding_forward_launch(N, C), kernels::embedding_forward, out, tokens, wte, wpe, N, T, C);
+    run_(__func__, kernels::embedding_forward_launch(N, C), kernels::embedding_forward, out, tokens, wte, wpe, N, T,
+         C);
   }
 
   void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const std::int32_t* tokens, std::size_t N,
                           std::size_t T, std::size_t C) override {
-    run_(__func__, kernels::embedding_backward_wte_launch(N, C), kernels::embedding_backward_wte, dwte, dout, tokens, N, C);
-    run_(__func__, kernels::embedding_backward_wpe_launch(T, C), kernels::embedding_backward_wpe, dwpe, dout, N, T, C);
+    run_(__func__, kernels::embedding_backward_wte_launch(N, C), kernels::embedding_backward_wte, dwte, dout, tokens,
+         N, C);
+    run_(__func__, kernels::embedding_backward_wpe_launch(T, C), kernels::embedding_backward_wpe, dwpe, dout, N, T,
+         C);
   }
 
   void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* in, const bf16* w, const bf16* b,
@@ -49,10 +52,10 @@ class KernelCalls final : public Bf16Kernels {
                           const float* mean, const float* rstd, std::size_t N, std::size_t C,
                           void* scratch) override {
     auto* partials = static_cast<float*>(scratch);
-    run_(__func__, kernels::layernorm_backward_launch(N), kernels::layernorm_backward, din, dout, in, w, mean, rstd, N, C,
-         partials);
-    run_(__func__, kernels::sum_partials_launch(2 * C), kernels::sum_partials, dw, db, static_cast<const float*>(partials),
-         std::size_t(kernels::partial_row_blocks(N)), C);
+    run_(__func__, kernels::layernorm_backward_launch(N), kernels::layernorm_backward, din, dout, in, w, mean, rstd,
+         N, C, partials);
+    run_(__func__, kernels::sum_partials_launch(2 * C), kernels::sum_partials, dw, db,
+         static_cast<const float*>(partials), std::size_t(kernels::partial_row_blocks(N)), C);
   }
 
   void bias_backward(float* dbias, const bf16* dout, std::size_t N, std::size_t OC, std::size_t ld,
@@ -83,16 +86,17 @@ class KernelCalls final : public Bf16Kernels {
   }
   void unpermute_accumulate_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B,
                                 std::size_t T, std::size_t C, std::size_t NH) override {
-    run_(__func__, kernels::attention_permute_launch(B, T, C), kernels::unpermute_accumulate_qkv, dqkv, dq, dk, dv, B, T, C,
-         NH);
+    run_(__func__, kernels::attention_permute_launch(B, T, C), kernels::unpermute_accumulate_qkv, dqkv, dq, dk, dv, B,
+         T, C, NH);
   }
   void causal_softmax_forward(bf16* probs, const float* scores, std::size_t heads, std::size_t T) override {
-    run_(__func__, kernels::causal_softmax_launch(heads, T), kernels::causal_softmax_forward, probs, scores, heads, T);
+    run_(__func__, kernels::causal_softmax_launch(heads, T), kernels::causal_softmax_forward, probs, scores, heads,
+         T);
   }
   void causal_softmax_backward(bf16* dscores, const bf16* probs, const float* dprobs, std::size_t heads,
                                std::size_t T) override {
-    run_(__func__, kernels::causal_softmax_launch(heads, T), kernels::causal_softmax_backward, dscores, probs, dprobs, heads,
-         T);
+    run_(__func__, kernels::causal_softmax_launch(heads, T), kernels::causal_softmax_backward, dscores, probs, dprobs,
+         heads, T);
   }
 
   void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N, std::size_t V,
@@ -102,7 +106,8 @@ class KernelCalls final : public Bf16Kernels {
   }
   void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss, std::size_t N,
                            std::size_t V, std::size_t ld) override {
-    run_(__func__, kernels::classifier_launch(N), kernels::classifier_backward, probs, losses, targets, dloss, N, V, ld);
+    run_(__func__, kernels::classifier_launch(N), kernels::classifier_backward, probs, losses, targets, dloss, N, V,
+         ld);
   }
 
   void add_bf16(bf16* acc, const bf16* in, std::size_t n) override {
@@ -121,14 +126,14 @@ class KernelCalls final : public Bf16Kernels {
   void sum_of_squares_f32(double* acc, const float* g, std::size_t n, void* scratch) override {
     auto* partials = static_cast<double*>(scratch);
     run_(__func__, kernels::sum_squares_launch(n), kernels::sum_squares_f32, partials, g, n);
-    run_(__func__, kernels::sum_squares_finish_launch(), kernels::sum_squares_finish, acc, static_cast<const double*>(partials),
-         kernels::sum_squares_blocks(n));
+    run_(__func__, kernels::sum_squares_finish_launch(), kernels::sum_squares_finish, acc,
+         static_cast<const double*>(partials), kernels::sum_squares_blocks(n));
   }
   void sum_of_squares_bf16(double* acc, const bf16* g, std::size_t n, void* scratch) override {
     auto* partials = static_cast<double*>(scratch);
     run_(__func__, kernels::sum_squares_launch(n), kernels::sum_squares_bf16, partials, g, n);
-    run_(__func__, kernels::sum_squares_finish_launch(), kernels::sum_squares_finish, acc, static_cast<const double*>(partials),
-         kernels::sum_squares_blocks(n));
+    run_(__func__, kernels::sum_squares_finish_launch(), kernels::sum_squares_finish, acc,
+         static_cast<const double*>(partials), kernels::sum_squares_blocks(n));
   }
 
   void adamw_f32_grad(float* master, float* m, float* v, bf16* weights, const float* grad, std::size_t n,
