@@ -1,7 +1,6 @@
 // Attention's non-GEMM kernels: moving heads between the model's rows and the GEMMs' head-major layout (pure
-// copies, plus one fp32 add and rounding where the backward accumulates into dqkv), and the causal softmax forward
-// and backward, one warp per row with every lane's share and the butterfly in a fixed order, so every run gives
-// the same bits.
+// copies), and the causal softmax forward and backward, one warp per row with every lane's share and the butterfly
+// in a fixed order, so every run gives the same bits.
 #include "attention.cuh"
 
 namespace dptrain::kernels {
@@ -47,13 +46,13 @@ __global__ void permute_heads(bf16* dy, const bf16* dout, std::size_t B, std::si
     dy[i] = dout[row_major_offset(i, T, C, NH, C)];
 }
 
-__global__ void unpermute_accumulate_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B,
-                                         std::size_t T, std::size_t C, std::size_t NH) {
+__global__ void unpermute_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B,
+                              std::size_t T, std::size_t C, std::size_t NH) {
   for (std::size_t i = first_index(); i < B * T * C; i += grid_stride()) {
     bf16* row = dqkv + row_major_offset(i, T, C, NH, 3 * C);
-    row[0] = to_bf16_rne(to_f32(row[0]) + to_f32(dq[i]));
-    row[C] = to_bf16_rne(to_f32(row[C]) + to_f32(dk[i]));
-    row[2 * C] = to_bf16_rne(to_f32(row[2 * C]) + to_f32(dv[i]));
+    row[0] = dq[i];
+    row[C] = dk[i];
+    row[2 * C] = dv[i];
   }
 }
 

@@ -6,7 +6,7 @@
 //
 // Forward:  permute_qkv → scores = scale·q·kᵀ (fp32) → causal_softmax_forward → y = probs·v → unpermute.
 // Backward: permute_heads(dout) → dprobs = dy·vᵀ (fp32), dv = probsᵀ·dy → causal_softmax_backward →
-//           dq = scale·dscores·k, dk = scale·dscoresᵀ·q → unpermute_accumulate_qkv.
+//           dq = scale·dscores·k, dk = scale·dscoresᵀ·q → unpermute_qkv.
 #pragma once
 #include "common.cuh"
 
@@ -20,9 +20,9 @@ __global__ void unpermute(bf16* out, const bf16* y, std::size_t B, std::size_t T
 // dy [B,NH,T,hs] = dout [B,T,C], exactly (the inverse of unpermute).
 __global__ void permute_heads(bf16* dy, const bf16* dout, std::size_t B, std::size_t T, std::size_t C,
                               std::size_t NH);
-// dqkv [B,T,3C] += dq | dk | dv (each [B,NH,T,hs]), the sum in fp32 and rounded once.
-__global__ void unpermute_accumulate_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B,
-                                         std::size_t T, std::size_t C, std::size_t NH);
+// dqkv [B,T,3C] = dq | dk | dv (each [B,NH,T,hs]), exactly (the inverse of permute_qkv).
+__global__ void unpermute_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B,
+                              std::size_t T, std::size_t C, std::size_t NH);
 
 // probs [heads·T, T] from scores [heads·T, T] (fp32, already scaled; heads = B·NH): row i of each head is the
 // softmax of scores[i, 0..i] (max-subtracted, fp32), and exactly 0 at j > i. The upper triangle of the scores is

@@ -16,14 +16,14 @@ __global__ void gelu_forward(bf16* out, const bf16* in, std::size_t n) {
   }
 }
 
-// din[i] += dout[i]·gelu'(in[i]), one rounding of the sum.
+// din[i] = dout[i]·gelu'(in[i]), rounded once.
 __global__ void gelu_backward(bf16* din, const bf16* in, const bf16* dout, std::size_t n) {
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     const float x = to_f32(in[i]);
     const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
     const float dt = (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    din[i] = to_bf16_rne(to_f32(din[i]) + to_f32(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * dt));
+    din[i] = to_bf16_rne(to_f32(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * dt));
   }
 }
 

@@ -6,7 +6,7 @@
 namespace dptrain::kernels {
 
 __global__ void gelu_forward(bf16* out, const bf16* in, std::size_t n);                      // out = gelu(in)
-__global__ void gelu_backward(bf16* din, const bf16* in, const bf16* dout, std::size_t n);   // din += dout·gelu'(in)
+__global__ void gelu_backward(bf16* din, const bf16* in, const bf16* dout, std::size_t n);   // din = dout·gelu'(in)
 __global__ void reduce_add_bf16(bf16* acc, const bf16* incoming, std::size_t n);             // acc = bf16(acc + in)
 __global__ void add_f32(float* out, const float* a, std::size_t n);                           // out += a (fp32)
 __global__ void cast_f32_to_bf16(bf16* out, const float* in, std::size_t n);                 // RNE, as core/bf16.hpp

@@ -110,8 +110,8 @@ GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, std::
 }
 
 GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
-  // din[N,C] += dout[N,OC]·weight[OC,C]
-  return with_row_length(row_major_product(O::din, {O::dout, kN}, {O::weight, kN}, N, C, OC, 1.0f, 1.0f), O::dout,
+  // din[N,C] = dout[N,OC]·weight[OC,C]
+  return with_row_length(row_major_product(O::din, {O::dout, kN}, {O::weight, kN}, N, C, OC, 1.0f, 0.0f), O::dout,
                          ld_out);
 }
 

@@ -153,14 +153,12 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
   const std::size_t T = c.seq, C = c.width, V = c.vocab, Vp = c.logits_row_length(), NH = c.heads, N = n_ * T;
   Backend& be = backend_;
   auto g = [&](std::size_t offset) { return grad_at(G, offset); };
-  auto zero = [&](void* data, std::size_t elements) { device_.zero(data, elements * act_bytes_); };
   auto notify = [&](FlatRange r) {
     if (ready) ready(r);
   };
 
   // LM head (tied to wte) and final LayerNorm.
   be.softmax_cross_entropy_backward(logits_, losses_, targets_, dloss, N, V, Vp);
-  zero(d_ln_, N * C);
   const FlatRange emb = layout_.embeddings();
   const void* head = weights.acquire(emb);
   // The tied wte gets two terms, the head's now and the embedding lookup's last. The head's is summed apart and
@@ -168,7 +166,9 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
   be.matmul_backward(d_ln_, head_grad_, nullptr, logits_, lnf_, weight_at(head, emb, layout_.wte()), N, T, C, V,
                      Vp);
   weights.release(emb);
-  zero(d_stream_, N * C);
+  // The residual stream's gradient is the one sum of terms (LayerNorm backward adds into it); every other activation
+  // gradient is written whole by the op that makes it (matmul, attention, GELU backward) and needs no clearing.
+  device_.zero(d_stream_, N * C * act_bytes_);
   const FlatRange fin = layout_.final_norm();
   const void* F = weights.acquire(fin);
   const void* last = c.layers > 0 ? layers_.back().out : embedded_;
@@ -187,22 +187,16 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
     const void* W = weights.acquire(r);
     auto w = [&](std::size_t offset) { return weight_at(W, r, offset); };
     // MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))).
-    zero(d_fch_gelu_, N * 4 * C);
     be.matmul_backward(d_fch_gelu_, g(p.fc_proj_w), g(p.fc_proj_b), d_stream_, a.fch_gelu, w(p.fc_proj_w), N, T,
                        4 * C, C, C);
-    zero(d_fch_, N * 4 * C);
     be.gelu_backward(d_fch_, a.fch, d_fch_gelu_, N * 4 * C);
-    zero(d_ln_, N * C);
     be.matmul_backward(d_ln_, g(p.fc_w), g(p.fc_b), d_fch_, a.ln2, w(p.fc_w), N, T, C, 4 * C, 4 * C);
     be.layernorm_backward(d_stream_, g(p.ln2_w), g(p.ln2_b), d_ln_, a.res2, w(p.ln2_w), a.ln2_mean, a.ln2_rstd, N,
                           C);
     // Attention branch: res2 = x + attn_proj(attention(qkv(ln1(x)))).
-    zero(d_atty_, N * C);
-    be.matmul_backward(d_atty_, g(p.attn_proj_w), g(p.attn_proj_b), d_stream_, a.atty, w(p.attn_proj_w), N, T, C,
-                       C, C);
-    zero(d_qkv_, N * 3 * C);
+    be.matmul_backward(d_atty_, g(p.attn_proj_w), g(p.attn_proj_b), d_stream_, a.atty, w(p.attn_proj_w), N, T, C, C,
+                       C);
     be.attention_backward(d_qkv_, d_atty_, a.qkv, a.probs, n_, T, C, NH);
-    zero(d_ln_, N * C);
     be.matmul_backward(d_ln_, g(p.qkv_w), g(p.qkv_b), d_qkv_, a.ln1, w(p.qkv_w), N, T, C, 3 * C, 3 * C);
     be.layernorm_backward(d_stream_, g(p.ln1_w), g(p.ln1_b), d_ln_, x, w(p.ln1_w), a.ln1_mean, a.ln1_rstd, N, C);
     weights.release(r);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -38,7 +39,9 @@ Matmuls run(int threads, std::size_t per_call, const std::string& gemm = "openbl
   auto backend = make_cpu_backend(gemm);
   const std::size_t N = kWindows * kT;
   const auto in = values(N * kC, 1), w = values(kOC * kC, 2), bias = values(kOC, 3), dout = values(N * kOC, 4);
-  Matmuls m{std::vector<float>(N * kOC), values(N * kC, 5), values(kOC * kC, 6), values(kOC, 7)};
+  // din starts as NaN: the backward writes it without reading; dw and dbias are added to.
+  Matmuls m{std::vector<float>(N * kOC), std::vector<float>(N * kC, std::numeric_limits<float>::quiet_NaN()),
+            values(kOC * kC, 6), values(kOC, 7)};
   for (std::size_t first = 0; first < kWindows; first += per_call) {
     const std::size_t windows = std::min(per_call, kWindows - first), rows = first * kT;
     backend->matmul_forward(m.out.data() + rows * kOC, in.data() + rows * kC, w.data(), bias.data(), windows * kT, kT,
@@ -85,7 +88,7 @@ TEST(CpuMatmulTiles, TheProductIsTheMatrixProductWithEveryLibrary) {
     const std::size_t N = kWindows * kT;
     const auto in = values(N * kC, 1), w = values(kOC * kC, 2), bias = values(kOC, 3), dout = values(N * kOC, 4);
     const std::size_t r = 23, o = 61, c = 37;
-    double out = bias[o], din = values(N * kC, 5)[r * kC + c], dw = values(kOC * kC, 6)[o * kC + c];
+    double out = bias[o], din = 0.0, dw = values(kOC * kC, 6)[o * kC + c];
     for (std::size_t k = 0; k < kC; ++k) out += double(in[r * kC + k]) * w[o * kC + k];
     for (std::size_t k = 0; k < kOC; ++k) din += double(dout[r * kOC + k]) * w[k * kC + c];
     for (std::size_t n = 0; n < N; ++n) dw += double(dout[n * kOC + o]) * in[n * kC + c];

@@ -149,7 +149,8 @@ void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product
 
 // ---- the shapes ----------------------------------------------------------------------------------------------
 // Each shape knows its operands' row-major [rows, cols] per batch member and fills them: inputs random, outputs
-// that the plan must overwrite with kUnwritten, outputs it accumulates into with random values.
+// that the plan must overwrite (din, out, attention's) with kUnwritten, outputs it accumulates into (dweight) with
+// random values.
 
 struct MatmulShape {
   std::size_t N, C, OC, ld_out;
@@ -167,7 +168,7 @@ struct MatmulShape {
       for (std::size_t c = 0; c < OC; ++c) dout[r * ld_out + c] = random_floats(1, rng)[0];
     return {{O::in, random_floats(N * C, rng)}, {O::weight, random_floats(OC * C, rng)},
             {O::dout, std::move(dout)},         {O::out, std::vector<float>(N * ld_out, kUnwritten)},
-            {O::din, random_floats(N * C, rng)}, {O::dweight, random_floats(OC * C, rng)}};
+            {O::din, std::vector<float>(N * C, kUnwritten)}, {O::dweight, random_floats(OC * C, rng)}};
   }
   std::string describe() const {
     return "N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
@@ -235,15 +236,15 @@ GemmPlan matmul_forward_without_bias(std::size_t N, std::size_t C, std::size_t O
   return matmul_forward_plan(N, C, OC, ld_out, false);
 }
 
-// The backward matmul products accumulate (beta 1) onto the random values already in din and dweight; every
-// attention output is the backend's scratch (beta 0).
+// The weight gradient accumulates (beta 1) onto the random values already in dweight; din is written (beta 0), as
+// is every attention output (the backend's scratch).
 const ReplayCase kReplayCases[] = {
     {"OutEqualsInTimesWeightTransposed", matmul_forward_without_bias, nullptr,
      {O::out, O::in, false, O::weight, true}, false, 0.0f, false},
     {"OutEqualsInTimesWeightTransposedPlusBias", matmul_forward_with_bias, nullptr,
      {O::out, O::in, false, O::weight, true}, false, 0.0f, true},
-    {"DinPlusEqualsDoutTimesWeight", matmul_backward_input_plan, nullptr, {O::din, O::dout, false, O::weight, false},
-     false, 1.0f, false},
+    {"DinEqualsDoutTimesWeight", matmul_backward_input_plan, nullptr, {O::din, O::dout, false, O::weight, false},
+     false, 0.0f, false},
     {"DweightPlusEqualsDoutTransposedTimesIn", matmul_backward_weight_plan, nullptr,
      {O::dweight, O::dout, true, O::in, false}, false, 1.0f, false},
     {"ScoresEqualScaleTimesQTimesKTransposed", nullptr, attention_scores_plan, {O::scores, O::q, false, O::k, true},
@@ -321,17 +322,17 @@ TEST(GemmPlan, MatmulPlansMatchTheTableOfCudaMd) {
     O b;
     GemmOp transb;
     std::vector<std::int64_t> m_n_k_lda_ldb_ldc;
-    float beta;  // 1 for din: the backend contract accumulates into it
+    float beta;  // 1 for dweight: the backend contract accumulates parameter gradients
   };
   const Row table[] = {
       {matmul_forward_plan(N, C, OC, OC, true), O::weight, GemmOp::T, O::in, GemmOp::N, {OC, N, C, C, C, OC}, 0.0f},
       {matmul_backward_input_plan(N, C, OC, OC), O::weight, GemmOp::N, O::dout, GemmOp::N, {C, N, OC, C, OC, C},
-       1.0f},
+       0.0f},
       {matmul_backward_weight_plan(N, C, OC, OC), O::in, GemmOp::N, O::dout, GemmOp::T, {C, OC, N, C, OC, C}, 1.0f},
       // out and dout in rows of Vp: only their ld changes.
       {matmul_forward_plan(N, C, OC, Vp, true), O::weight, GemmOp::T, O::in, GemmOp::N, {OC, N, C, C, C, Vp}, 0.0f},
       {matmul_backward_input_plan(N, C, OC, Vp), O::weight, GemmOp::N, O::dout, GemmOp::N, {C, N, OC, C, Vp, C},
-       1.0f},
+       0.0f},
       {matmul_backward_weight_plan(N, C, OC, Vp), O::in, GemmOp::N, O::dout, GemmOp::T, {C, OC, N, C, Vp, C}, 1.0f},
   };
   for (const Row& row : table) {

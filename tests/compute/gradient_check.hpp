@@ -78,6 +78,9 @@ inline GradientCheckResult check_gradient(const std::string& what, float* x, con
   return result;
 }
 
+// A gradient a backward wrote, in double.
+inline std::vector<double> widened(const std::vector<float>& values) { return {values.begin(), values.end()}; }
+
 // The increment a backward added to a buffer that held `before`, in double.
 inline std::vector<double> added(const std::vector<float>& after, const std::vector<float>& before) {
   std::vector<double> d(after.size());

@@ -4,8 +4,10 @@
 //
 // For an op out = f(inputs) the test function is L = Σ out·R with R fixed and uniform in [−1, 1], summed in double
 // from the fp32 outputs, so ∂L/∂out = R is exactly the `dout` handed to the backward. Every element of every
-// input, weight and bias is perturbed. Gradient buffers start from random non-zero values and the test compares
-// the increment, so a backward that overwrites instead of adding (+=) fails too.
+// input, weight and bias is perturbed. Gradient buffers that the backward adds into (parameter gradients,
+// LayerNorm's and the embedding's) start from random non-zero values and the test compares the increment, so a
+// backward that overwrites instead of adding (+=) fails too; those it writes (matmul's din, attention's dqkv,
+// GELU's din) start as NaN, so one that reads or adds to them fails.
 //
 // Numerical derivatives are Richardson-extrapolated central differences (gradient_check.hpp): the h² truncation
 // cancels and the O(h⁴) rest is h⁴/480·f⁽⁵⁾ ≈ 2e-9·f⁽⁵⁾ at the step h = 3e-2 used on these O(1) inputs, so what
@@ -37,6 +39,9 @@ using test::check_gradient;
 using test::Tolerance;
 using test::uniform;
 using test::weighted_sum;
+using test::widened;
+
+std::vector<float> not_numbers(std::size_t n) { return std::vector(n, std::numeric_limits<float>::quiet_NaN()); }
 
 constexpr float kStep = 3e-2f;
 constexpr Tolerance kTolerance{1e-4, 1e-4};
@@ -111,19 +116,19 @@ void OpGradientTest<Param>::check_matmul(bool with_bias) {
   Backend& be = *this->be;
   auto loss = [&] {
     // The output's old contents must not matter (beta = 0 without bias): start from NaN.
-    out.upload(std::vector(N * OC, std::numeric_limits<float>::quiet_NaN()));
+    out.upload(not_numbers(N * OC));
     be.matmul_forward(out.data(), this->activations(in).data(), this->compute_weights(w).data(),
                       with_bias ? this->compute_weights(bias).data() : nullptr, N, 3, C, OC, OC);
     return weighted_sum(out.download(), r);
   };
   EXPECT_TRUE(std::isfinite(loss()));
-  const auto din0 = uniform(rng, N * C, -1, 1), dw0 = uniform(rng, OC * C, -1, 1), db0 = uniform(rng, OC, -1, 1);
-  auto din = this->activations(din0), dw = this->gradients(dw0), db = this->gradients(db0);
+  const auto dw0 = uniform(rng, OC * C, -1, 1), db0 = uniform(rng, OC, -1, 1);
+  auto din = this->activations(not_numbers(N * C)), dw = this->gradients(dw0), db = this->gradients(db0);
   be.matmul_backward(din.data(), dw.data(), with_bias ? db.data() : nullptr, this->activations(r).data(),
                      this->activations(in).data(), this->compute_weights(w).data(), N, 3, C, OC, OC);
   // Two windows of T = 3 rows. L is linear in each element (no truncation at all); an input element feeds OC = 7
   // outputs, a weight N = 6.
-  check_gradient("din", in.data(), added(din.download(), din0).data(), in.size(), loss, kStep, kTolerance);
+  check_gradient("din", in.data(), widened(din.download()).data(), in.size(), loss, kStep, kTolerance);
   check_gradient("dw", w.data(), added(dw.download(), dw0).data(), w.size(), loss, kStep, kTolerance);
   if (with_bias) {
     check_gradient("dbias", bias.data(), added(db.download(), db0).data(), OC, loss, kStep, kTolerance);
@@ -148,12 +153,11 @@ TEST_P(AttentionGradient, AllOfQkv) {
     return weighted_sum(out.download(), r);
   };
   loss();
-  const auto d0 = uniform(rng, qkv.size(), -1, 1);
-  auto dqkv = activations(d0);
+  auto dqkv = activations(not_numbers(qkv.size()));
   be->attention_backward(dqkv.data(), activations(r).data(), d_qkv.data(), probs.data(), B, T, C, NH);
   // Scores are O(1) (|q·k|/√d ≲ 1.5), so the softmax's third derivatives are O(1): kTolerance. Keys and values of
   // later positions must get exactly nothing from earlier queries — the finite difference is then exactly 0.
-  check_gradient("dqkv", qkv.data(), added(dqkv.download(), d0).data(), qkv.size(), loss, kStep, kTolerance);
+  check_gradient("dqkv", qkv.data(), widened(dqkv.download()).data(), qkv.size(), loss, kStep, kTolerance);
 }
 
 // T not a power of two, several heads, head size 3 and 2, one and two windows.
@@ -173,11 +177,10 @@ TEST_P(OpGradient, Gelu) {
     be->gelu_forward(out.data(), activations(in).data(), in.size());
     return weighted_sum(out.download(), r);
   };
-  const auto d0 = uniform(rng, in.size(), -1, 1);
-  auto din = activations(d0);
+  auto din = activations(not_numbers(in.size()));
   be->gelu_backward(din.data(), activations(in).data(), activations(r).data(), in.size());
   // One output per input; GELU's derivatives are O(1).
-  check_gradient("din", in.data(), added(din.download(), d0).data(), in.size(), loss, kStep, kTolerance);
+  check_gradient("din", in.data(), widened(din.download()).data(), in.size(), loss, kStep, kTolerance);
 }
 
 TEST_P(OpGradient, ResidualAddAndAccumulate) {

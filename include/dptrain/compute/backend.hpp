@@ -7,6 +7,8 @@
 //   weights      the "compute weights" a view made by acquire_weights() gives (a BF16 backend reads the BF16
 //                weights where they are; the cpu one multiplies fp32 and expands them into a mirror it keeps);
 //   gradients    parameter gradients accumulate (+=) in gradient_dtype() (fp32 on cpu).
+// Activation gradients: matmul, attention and GELU backward write theirs (=, the array's old contents are not read,
+// so it needs no clearing); LayerNorm backward adds (+=) into the residual stream's, the one that sums terms.
 // LayerNorm statistics and per-position losses are fp32, tokens int32, the step's accumulators double.
 // No operation returns a value to the host: the loss sum and the squared gradient norm are added into device
 // accumulators that the caller reads once per step.
@@ -89,7 +91,7 @@ class Backend {
   // LM head's logits are padded to an aligned row length); the columns past OC are left as they are.
   virtual void matmul_forward(void* out, const void* in, const void* w, const void* bias, std::size_t N,
                               std::size_t T, std::size_t C, std::size_t OC, std::size_t ld_out) = 0;
-  // din[N,C] += dout·w (din may be null); dw[OC,C] += doutᵀ·in; dbias[OC] += Σ_rows dout (dbias may be null).
+  // din[N,C] = dout·w (din may be null); dw[OC,C] += doutᵀ·in; dbias[OC] += Σ_rows dout (dbias may be null).
   // dout's rows are ld_out ≥ OC elements apart; its columns past OC are not read.
   //
   // Both work window by window (T rows at a time, N a multiple of T), and the parameter gradients are summed into
@@ -99,13 +101,13 @@ class Backend {
   virtual void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
                                std::size_t N, std::size_t T, std::size_t C, std::size_t OC, std::size_t ld_out) = 0;
   // Causal multi-head attention. qkv[B,T,3C] (q | k | v, heads of C/NH contiguous in each), probs[B,NH,T,T],
-  // out[B,T,C]. Backward: dqkv += ∂/∂qkv.
+  // out[B,T,C]. Backward: dqkv = ∂/∂qkv.
   virtual void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
                                  std::size_t NH) = 0;
   virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs, std::size_t B,
                                   std::size_t T, std::size_t C, std::size_t NH) = 0;
 
-  // Tanh-approximate GELU, elementwise over n. Backward: din += dout·gelu'(in).
+  // Tanh-approximate GELU, elementwise over n. Backward: din = dout·gelu'(in).
   virtual void gelu_forward(void* out, const void* in, std::size_t n) = 0;
   virtual void gelu_backward(void* din, const void* in, const void* dout, std::size_t n) = 0;
 

@@ -52,8 +52,8 @@ struct GemmPlan {
 // out[N,OC] = in[N,C]·weight[OC,C]ᵀ (+ bias[OC] by the epilogue): A = weight (T), B = in (N), m = OC, n = N,
 // k = C, lda = C, ldb = C, ldc = ld_out, beta 0.
 GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out, bool bias);
-// din[N,C] += dout[N,OC]·weight[OC,C]: A = weight (N), B = dout (N), m = C, n = N, k = OC, lda = C, ldb = ld_out,
-// ldc = C, beta 1 (the contract accumulates into din).
+// din[N,C] = dout[N,OC]·weight[OC,C]: A = weight (N), B = dout (N), m = C, n = N, k = OC, lda = C, ldb = ld_out,
+// ldc = C, beta 0 (the contract writes din).
 GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out);
 // dweight[OC,C] += dout[N,OC]ᵀ·in[N,C]: A = in (N), B = dout (T), m = C, n = OC, k = N, lda = C, ldb = ld_out,
 // ldc = C, beta 1. The bias gradient is not a GEMM here: BGRADB would overwrite dbias, the contract adds to it.

@@ -233,7 +233,7 @@ class Bf16Backend final : public Backend {
     kernels_->causal_softmax_backward(dscores, h(probs), dprobs, heads, T);
     gemm_->run(attention_dq_plan(B, T, C, NH), {{R::dscores, dscores}, {R::k, k}, {R::dq, dq}}, DType::bf16);
     gemm_->run(attention_dk_plan(B, T, C, NH), {{R::dscores, dscores}, {R::q, q}, {R::dk, dk}}, DType::bf16);
-    kernels_->unpermute_accumulate_qkv(h(dqkv), dq, dk, dv, B, T, C, NH);
+    kernels_->unpermute_qkv(h(dqkv), dq, dk, dv, B, T, C, NH);
   }
 
   void gelu_forward(void* out, const void* in, std::size_t n) override { kernels_->gelu_forward(h(out), h(in), n); }

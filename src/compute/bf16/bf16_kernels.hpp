@@ -46,8 +46,8 @@ class Bf16Kernels {
   virtual void unpermute(bf16* out, const bf16* y, std::size_t B, std::size_t T, std::size_t C, std::size_t NH) = 0;
   virtual void permute_heads(bf16* dy, const bf16* dout, std::size_t B, std::size_t T, std::size_t C,
                              std::size_t NH) = 0;
-  virtual void unpermute_accumulate_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B,
-                                        std::size_t T, std::size_t C, std::size_t NH) = 0;
+  virtual void unpermute_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B, std::size_t T,
+                             std::size_t C, std::size_t NH) = 0;
   virtual void causal_softmax_forward(bf16* probs, const float* scores, std::size_t heads, std::size_t T) = 0;
   virtual void causal_softmax_backward(bf16* dscores, const bf16* probs, const float* dprobs, std::size_t heads,
                                        std::size_t T) = 0;

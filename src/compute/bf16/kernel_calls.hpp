@@ -84,10 +84,9 @@ class KernelCalls final : public Bf16Kernels {
                      std::size_t NH) override {
     run_(__func__, kernels::attention_permute_launch(B, T, C), kernels::permute_heads, dy, dout, B, T, C, NH);
   }
-  void unpermute_accumulate_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B,
-                                std::size_t T, std::size_t C, std::size_t NH) override {
-    run_(__func__, kernels::attention_permute_launch(B, T, C), kernels::unpermute_accumulate_qkv, dqkv, dq, dk, dv, B,
-         T, C, NH);
+  void unpermute_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B, std::size_t T,
+                     std::size_t C, std::size_t NH) override {
+    run_(__func__, kernels::attention_permute_launch(B, T, C), kernels::unpermute_qkv, dqkv, dq, dk, dv, B, T, C, NH);
   }
   void causal_softmax_forward(bf16* probs, const float* scores, std::size_t heads, std::size_t T) override {
     run_(__func__, kernels::causal_softmax_launch(heads, T), kernels::causal_softmax_forward, probs, scores, heads,

@@ -53,8 +53,7 @@ void gather_qkv(const float* x, const AttentionShape& s, const WindowScratch& w)
   gather_heads(x + 2 * s.C, 3 * s.C, s, w.v);
 }
 
-// x[t, h·hs + j] = heads[h,t,j] (add: +=), the inverse of gather_heads in fp32.
-template <bool add>
+// x[t, h·hs + j] = heads[h,t,j], the inverse of gather_heads in fp32.
 void scatter_heads(const float* heads, float* x, std::size_t ld, const AttentionShape& s) {
   const std::size_t hs = s.C / s.NH;
   for (std::size_t h = 0; h < s.NH; ++h)
@@ -62,7 +61,7 @@ void scatter_heads(const float* heads, float* x, std::size_t ld, const Attention
       const float* from = heads + (h * s.T + t) * hs;
       float* to = x + t * ld + h * hs;
 #pragma omp simd
-      for (std::size_t j = 0; j < hs; ++j) to[j] = add ? to[j] + from[j] : from[j];
+      for (std::size_t j = 0; j < hs; ++j) to[j] = from[j];
     }
 }
 
@@ -85,7 +84,7 @@ void bf16_attention_forward(BatchedBf16GemmFunction gemm, float* out, float* pro
       to_bf16(p + row * s.T, w.p + row * s.T, s.T);  // while the row is in L1
     }
     gemm(false, false, NH, T, hs, T, 1.0f, w.p, w.v, 0.0f, w.product);  // out[h] = p[h]·v[h]
-    scatter_heads<false>(w.product, out + b * s.T * s.C, s.C, s);
+    scatter_heads(w.product, out + b * s.T * s.C, s.C, s);
   }
 }
 
@@ -108,13 +107,13 @@ void bf16_attention_backward(BatchedBf16GemmFunction gemm, float* dqkv, const fl
       causal_softmax_backward_row(p + row * s.T, w.dp + row * s.T, row % s.T, s.T);
       to_bf16(w.dp + row * s.T, w.ds + row * s.T, s.T);
     }
-    // dv[h] += p[h]ᵀ·dO[h]; dq[h] += dS[h]·k[h]·scale; dk[h] += dS[h]ᵀ·q[h]·scale
+    // dv[h] = p[h]ᵀ·dO[h]; dq[h] = dS[h]·k[h]·scale; dk[h] = dS[h]ᵀ·q[h]·scale
     gemm(true, false, NH, T, hs, T, 1.0f, w.p, w.dout, 0.0f, w.product);
-    scatter_heads<true>(w.product, dx + 2 * s.C, 3 * s.C, s);
+    scatter_heads(w.product, dx + 2 * s.C, 3 * s.C, s);
     gemm(false, false, NH, T, hs, T, scale, w.ds, w.k, 0.0f, w.product);
-    scatter_heads<true>(w.product, dx, 3 * s.C, s);
+    scatter_heads(w.product, dx, 3 * s.C, s);
     gemm(true, false, NH, T, hs, T, scale, w.ds, w.q, 0.0f, w.product);
-    scatter_heads<true>(w.product, dx + s.C, 3 * s.C, s);
+    scatter_heads(w.product, dx + s.C, 3 * s.C, s);
   }
 }
 

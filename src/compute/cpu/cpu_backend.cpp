@@ -266,11 +266,11 @@ class CpuBackend final : public Backend {
     DP_ASSERT(T > 0 && N % T == 0 && ld_out >= OC);
     const std::size_t windows = N / T;
     if (din) {
-      // din_w[T,C] += dout_w[T,OC]·w[OC,C] window by window.
+      // din_w[T,C] = dout_w[T,OC]·w[OC,C] window by window.
       const bf16* w16 = bf16_weights(w, false, false);
 #pragma omp parallel for schedule(static)
       for (std::size_t window = 0; window < windows; ++window)
-        weight_gemm(false, int(T), int(C), int(OC), dout + window * T * ld_out, int(ld_out), w, w16, 1.0f,
+        weight_gemm(false, int(T), int(C), int(OC), dout + window * T * ld_out, int(ld_out), w, w16, 0.0f,
                     din + window * T * C, int(C));
     }
     // dw[rows,C] += dout_w[T,rows]ᵀ·in_w[T,C] and dbias[rows] += Σ_t dout_w[t,rows], window after window: each
@@ -345,22 +345,22 @@ class CpuBackend final : public Backend {
       const float* dO = dout + head.out(bh);
       float* ds = scratch + std::size_t(omp_get_thread_num()) * T * T;
       // By row blocks, as in the forward: dP[r0:r1, 0:r1] = dO[r0:r1]·v[0:r1]ᵀ; the softmax backward on the
-      // causal part, dS = p ⊙ (dP − Σ_j p·dP); dq[r0:r1] += dS[r0:r1, 0:r1]·k[0:r1]·scale.
+      // causal part, dS = p ⊙ (dP − Σ_j p·dP); dq[r0:r1] = dS[r0:r1, 0:r1]·k[0:r1]·scale.
       for (std::size_t r0 = 0; r0 < T; r0 += kCausalRows) {
         const std::size_t r1 = std::min(T, r0 + kCausalRows);
         sgemm(false, true, int(r1 - r0), int(r1), int(hs), 1.0f, dO + r0 * C, int(C), v, ld, 0.0f, ds + r0 * T,
               int(T));
         for (std::size_t i = r0; i < r1; ++i) cpu::causal_softmax_backward_row(p + i * T, ds + i * T, i, r1);
-        sgemm(false, false, int(r1 - r0), int(hs), int(r1), scale, ds + r0 * T, int(T), k, ld, 1.0f, dq + r0 * ld,
+        sgemm(false, false, int(r1 - r0), int(hs), int(r1), scale, ds + r0 * T, int(T), k, ld, 0.0f, dq + r0 * ld,
               ld);
       }
-      // By column blocks: key c gets terms from queries c…T-1 only. dv[c0:c1] += p[c0:T, c0:c1]ᵀ·dO[c0:T];
-      // dk[c0:c1] += dS[c0:T, c0:c1]ᵀ·q[c0:T]·scale.
+      // By column blocks: key c gets terms from queries c…T-1 only. dv[c0:c1] = p[c0:T, c0:c1]ᵀ·dO[c0:T];
+      // dk[c0:c1] = dS[c0:T, c0:c1]ᵀ·q[c0:T]·scale.
       for (std::size_t c0 = 0; c0 < T; c0 += kCausalRows) {
         const std::size_t c1 = std::min(T, c0 + kCausalRows);
         sgemm(true, false, int(c1 - c0), int(hs), int(T - c0), 1.0f, p + c0 * T + c0, int(T), dO + c0 * C, int(C),
-              1.0f, dv + c0 * ld, ld);
-        sgemm(true, false, int(c1 - c0), int(hs), int(T - c0), scale, ds + c0 * T + c0, int(T), q + c0 * ld, ld, 1.0f,
+              0.0f, dv + c0 * ld, ld);
+        sgemm(true, false, int(c1 - c0), int(hs), int(T - c0), scale, ds + c0 * T + c0, int(T), q + c0 * ld, ld, 0.0f,
               dk + c0 * ld, ld);
       }
     }
@@ -384,7 +384,7 @@ class CpuBackend final : public Backend {
       const float x = in[i];
       const float t = tanh_rational(kGeluScale * (x + 0.044715f * x * x * x));
       const float dt = (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-      din[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
+      din[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
     }
   }
 
