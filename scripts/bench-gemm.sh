@@ -4,7 +4,8 @@
 # (--cpu-gemm; by-cpu by default), measured in the same run: dptrain's own probe (the MFU peak of a cpu run), every
 # thread multiplying its own 512² and 1024² matrices at once, single-threaded calls as the backend makes them.
 # OpenBLAS's peak through numpy (the same libopenblas; best of 512/1024/2048 square) is printed beside it. Prints
-# each operation's GFLOP/s and its share of the peak.
+# each operation's GFLOP/s and its share of the peak, per run; the probe takes a tenth of a second, so a VM that
+# stalls or speeds up during it moves the share of that run: ROUNDS runs (default 3), and the median share last.
 # Usage: scripts/bench-gemm.sh [config (default configs/small.toml)] [threads (default: all cores)] [steps (12)]
 # DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm onednn-bf16").
 set -euo pipefail
@@ -34,9 +35,11 @@ PY
 dptrain_cpu_line
 echo "config $(basename "$config"), $threads thread(s), $steps steps (timed: 2..$steps)"
 echo "OpenBLAS sgemm through numpy, best of 512/1024/2048 square, $threads thread(s): $(library_peak_gflops) GFLOP/s"
-"$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" --threads "$threads" --eval-every 0 --check-every 0 \
-  --quiet --op-times --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null
-/usr/bin/python3 - "$work/run.jsonl" <<'PY'
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  echo "run $round:"
+  "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" --threads "$threads" --eval-every 0 --check-every 0 \
+    --quiet --op-times --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null
+  /usr/bin/python3 - "$work/run.jsonl" "$work/shares" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 summary = next(r for r in rows if r.get("event") == "summary")
@@ -51,4 +54,9 @@ flops = sum(r["gflops"] * r["ms_per_step"] for r in gemm) / 1e3  # GFLOP per ste
 ms = sum(r["ms_per_step"] for r in gemm)
 print(f"{'all of them':<22} {ms:9.1f} {100 * sum(r['share'] for r in gemm):6.1f}% {flops / ms * 1e3:9.1f} "
       f"{100 * flops / ms * 1e3 / peak:7.0f}%")
+with open(sys.argv[2], "a") as shares:
+    print(f"{100 * flops / ms * 1e3 / peak:.1f}", file=shares)
 PY
+done
+sort -g "$work/shares" |
+  awk '{ r[NR] = $1 } END { m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2; printf "median share of the peak (all GEMM-bearing ops) %.0f%% over %d runs\n", m, NR }'
