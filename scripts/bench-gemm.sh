@@ -58,5 +58,5 @@ with open(sys.argv[2], "a") as shares:
     print(f"{100 * flops / ms * 1e3 / peak:.1f}", file=shares)
 PY
 done
-sort -g "$work/shares" |
-  awk '{ r[NR] = $1 } END { m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2; printf "median share of the peak (all GEMM-bearing ops) %.0f%% over %d runs\n", m, NR }'
+printf 'median share of the peak (all GEMM-bearing ops) %.0f%% over %d runs\n' "$(dptrain_median <"$work/shares")" \
+  "${ROUNDS:-3}"

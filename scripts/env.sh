@@ -63,6 +63,11 @@ dptrain_peer_rounds() {
     awk -v r="$round" -v d="$d" -v p="$p" 'BEGIN { printf "%-8s %14.0f %14.0f %8.2f\n", r, d, p, d / p }'
     ratios="$ratios $(awk -v d="$d" -v p="$p" 'BEGIN { print d / p }')"
   done
-  echo "$ratios" | tr ' ' '\n' | sed '/^$/d' | sort -g |
-    awk '{ r[NR] = $1 } END { m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2; printf "median ratio %.2f over %d rounds\n", m, NR }'
+  printf 'median ratio %.2f over %d rounds\n' "$(echo "$ratios" | tr ' ' '\n' | sed '/^$/d' | dptrain_median)" \
+    "${ROUNDS:-2}"
+}
+
+# The median of the numbers on stdin, one per line.
+dptrain_median() {
+  sort -g | awk '{ r[NR] = $1 } END { print NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2 }'
 }
