@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../padded_rows.hpp"
 #include "backend_fixture.hpp"
 #include "gradient_check.hpp"
 
@@ -140,21 +141,8 @@ TEST_P(OpForward, MatmulBiasAtAnyAlignmentGivesTheSameBits) {
   for (std::size_t offset : {1, 2, 3, 5, 7}) EXPECT_EQ(product(offset), aligned) << "bias at element " << offset;
 }
 
-// [rows, cols] laid in rows of ld, the padding NaN; and the rows back, expecting the padding still NaN (written,
-// it would hold a number; read, it would have made some result NaN).
-std::vector<float> padded_rows(const std::vector<float>& x, std::size_t rows, std::size_t cols, std::size_t ld) {
-  std::vector<float> out(rows * ld, std::numeric_limits<float>::quiet_NaN());
-  for (std::size_t r = 0; r < rows; ++r) std::copy_n(x.begin() + std::ptrdiff_t(r * cols), cols, out.begin() + std::ptrdiff_t(r * ld));
-  return out;
-}
-std::vector<float> unpadded_rows(const std::vector<float>& x, std::size_t rows, std::size_t cols, std::size_t ld) {
-  std::vector<float> out(rows * cols);
-  for (std::size_t r = 0; r < rows; ++r) {
-    std::copy_n(x.begin() + std::ptrdiff_t(r * ld), cols, out.begin() + std::ptrdiff_t(r * cols));
-    for (std::size_t c = cols; c < ld; ++c) EXPECT_TRUE(std::isnan(x[r * ld + c])) << "padding " << r << "," << c;
-  }
-  return out;
-}
+// The padding NaN: written, it would hold a number; read, it would have made some result NaN.
+constexpr float kPadding = std::numeric_limits<float>::quiet_NaN();
 
 // The LM head's logits lie in rows padded past the vocabulary (ModelConfig::logits_row_length): the matmul writing
 // them, the one reading them back and the classifier give the same bits as on dense rows, and never touch the
@@ -175,19 +163,20 @@ TEST_P(OpForward, MatmulAndClassifierOnPaddedRowsGiveTheSameBits) {
   };
   auto run = [&](std::size_t ld) {
     Results r;
-    auto d_out = activations(padded_rows(std::vector(N * OC, 0.0f), N, OC, ld));
+    auto d_out = activations(test::padded_rows(std::vector(N * OC, 0.0f), N, OC, ld, kPadding));
     be->matmul_forward(d_out.data(), d_in.data(), d_w.data(), d_bias.data(), N, T, C, OC, ld);
-    r.out = unpadded_rows(d_out.download(), N, OC, ld);
+    r.out = test::unpadded_rows(d_out.download(), N, OC, ld, kPadding);
     auto d_din = activations(din0), d_dw = gradients(dw0), d_db = gradients(dbias0);
-    be->matmul_backward(d_din.data(), d_dw.data(), d_db.data(), activations(padded_rows(dout, N, OC, ld)).data(),
-                        d_in.data(), d_w.data(), N, T, C, OC, ld);
+    be->matmul_backward(d_din.data(), d_dw.data(), d_db.data(),
+                        activations(test::padded_rows(dout, N, OC, ld, kPadding)).data(), d_in.data(), d_w.data(), N,
+                        T, C, OC, ld);
     r.din = d_din.download(), r.dw = d_dw.download(), r.dbias = d_db.download();
     test::DeviceVector<float> losses(device(), N);
     test::DeviceScalar total(device());
     be->softmax_cross_entropy_forward(d_out.data(), losses.data(), targets.data(), N, OC, ld, total.data());
-    r.probs = unpadded_rows(d_out.download(), N, OC, ld);
+    r.probs = test::unpadded_rows(d_out.download(), N, OC, ld, kPadding);
     be->softmax_cross_entropy_backward(d_out.data(), losses.data(), targets.data(), 0.37f, N, OC, ld);
-    r.dlogits = unpadded_rows(d_out.download(), N, OC, ld);
+    r.dlogits = test::unpadded_rows(d_out.download(), N, OC, ld, kPadding);
     r.losses = losses.download(), r.loss_sum = total.value();
     return r;
   };

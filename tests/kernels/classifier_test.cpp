@@ -19,11 +19,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "dptrain/compute/backend.hpp"
+#include "../padded_rows.hpp"
 #include "test_data.hpp"
 #include "../../kernels/classifier.cu"
 
@@ -56,28 +56,6 @@ ExactRow exact_row(const float* x, std::size_t V, std::size_t t) {
   return row;
 }
 
-// rows [N,V] laid in rows of ld, the padding `fill`.
-template <typename E>
-std::vector<E> padded(const std::vector<E>& rows, std::size_t N, std::size_t V, std::size_t ld, E fill) {
-  std::vector<E> out(N * ld, fill);
-  for (std::size_t n = 0; n < N; ++n) std::copy_n(rows.begin() + std::ptrdiff_t(n * V), V, out.begin() + std::ptrdiff_t(n * ld));
-  return out;
-}
-
-// The rows of V back out of rows of ld, expecting every padding element still to hold `fill`, bit for bit.
-template <typename E>
-std::vector<E> unpadded(const std::vector<E>& rows, std::size_t N, std::size_t V, std::size_t ld, E fill) {
-  std::vector<E> out(N * V);
-  int changed = 0;
-  for (std::size_t n = 0; n < N; ++n) {
-    std::copy_n(rows.begin() + std::ptrdiff_t(n * ld), V, out.begin() + std::ptrdiff_t(n * V));
-    for (std::size_t j = V; j < ld; ++j)
-      if (std::memcmp(&rows[n * ld + j], &fill, sizeof(E)) != 0 && ++changed <= 3)
-        ADD_FAILURE() << "padding of row " << n << " column " << j << " was written";
-  }
-  return out;
-}
-
 class Classifier : public ::testing::Test {
  protected:
   std::unique_ptr<Backend> cpu = make_backend("cpu");
@@ -102,30 +80,30 @@ class Classifier : public ::testing::Test {
   Result check(const std::vector<bf16>& logits, const std::vector<std::int32_t>& targets, std::size_t N,
                std::size_t V, float dloss, std::size_t ld = 0) {
     if (ld == 0) ld = V;
-    Result k{padded(logits, N, V, ld, to_bf16(NAN)), {}, std::vector<float>(N, NAN), 0.25};
+    Result k{test::padded_rows(logits, N, V, ld, to_bf16(NAN)), {}, std::vector<float>(N, NAN), 0.25};
     cuda_on_cpu::launch(kernels::classifier_forward, kernels::classifier_launch(N), k.probs.data(), k.losses.data(),
                         targets.data(), N, V, ld);
     cuda_on_cpu::launch(kernels::loss_sum, kernels::loss_sum_launch(), &k.loss_sum, k.losses.data(), N);
     k.dlogits = k.probs;
     cuda_on_cpu::launch(kernels::classifier_backward, kernels::classifier_launch(N), k.dlogits.data(),
                         k.losses.data(), targets.data(), dloss, N, V, ld);
-    k.probs = unpadded(k.probs, N, V, ld, to_bf16(NAN));
-    k.dlogits = unpadded(k.dlogits, N, V, ld, to_bf16(NAN));
+    k.probs = test::unpadded_rows(k.probs, N, V, ld, to_bf16(NAN));
+    k.dlogits = test::unpadded_rows(k.dlogits, N, V, ld, to_bf16(NAN));
     const double acc = k.loss_sum;  // loss_sum added to the 0.25 that was there
 
     // The cpu backend on the fp32 logits, forward then backward; and its backward alone on the kernel's own BF16
     // probabilities (off the target, the kernel does exactly its arithmetic there).
     const std::vector<float> logits_f = as_floats(logits);
-    std::vector<float> ref = padded(logits_f, N, V, ld, NAN), losses_ref(N);
-    std::vector<float> ref_on_kernel_probs = padded(as_floats(k.probs), N, V, ld, NAN);
+    std::vector<float> ref = test::padded_rows(logits_f, N, V, ld, NAN), losses_ref(N);
+    std::vector<float> ref_on_kernel_probs = test::padded_rows(as_floats(k.probs), N, V, ld, NAN);
     double sum_ref = 0.25;
     cpu->softmax_cross_entropy_forward(ref.data(), losses_ref.data(), targets.data(), N, V, ld, &sum_ref);
-    const std::vector<float> probs_ref = unpadded(ref, N, V, ld, NAN);
+    const std::vector<float> probs_ref = test::unpadded_rows(ref, N, V, ld, NAN);
     cpu->softmax_cross_entropy_backward(ref.data(), losses_ref.data(), targets.data(), dloss, N, V, ld);
     cpu->softmax_cross_entropy_backward(ref_on_kernel_probs.data(), k.losses.data(), targets.data(), dloss, N, V,
                                         ld);
-    ref = unpadded(ref, N, V, ld, NAN);
-    ref_on_kernel_probs = unpadded(ref_on_kernel_probs, N, V, ld, NAN);
+    ref = test::unpadded_rows(ref, N, V, ld, NAN);
+    ref_on_kernel_probs = test::unpadded_rows(ref_on_kernel_probs, N, V, ld, NAN);
 
     const double kr = kernel_rel(V), cr = cpu_rel(V);
     double host_sum = 0.25, magnitude = 0.25, sum_tolerance = 0;

@@ -5,8 +5,8 @@
 #include <initializer_list>
 
 #include "dptrain/compute/gemm_plan.hpp"
-#include "dptrain/core/memory.hpp"
 #include "dptrain/core/dtype.hpp"
+#include "dptrain/core/memory.hpp"
 
 namespace dptrain {
 
