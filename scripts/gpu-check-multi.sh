@@ -107,13 +107,24 @@ if [ "$nccl_version" -ge 23000 ]; then
   export NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_MAX_CTAS=16
   share="NCCL_MULTI_RANK_GPU_ENABLE=1"
 else
-  share="NCCL_HOSTID per rank"
+  # Each rank a host of its own: their traffic goes through the network plugin, held to sockets on the loopback
+  # (never InfiniBand or RoCE, should the machine have a port), so that the figures are of the path named.
+  export NCCL_NET=Socket
+  share="NCCL_HOSTID per rank, NET/Socket"
 fi
+# Two processes share the GPU time-sliced (no MPS is started): their kernels take turns on the device. A GPU in an
+# exclusive compute mode lets only one of them make a context, so the two-rank steps are not started there.
+compute_mode=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -1)
+share="$share, time-sliced (no MPS), compute mode ${compute_mode:-unknown}"
 two_ranks() {  # SECONDS PROGRAM ARGS...: two ranks on the one GPU, each a host of its own where NCCL needs it
   local seconds
   seconds=$(step_timeout "$1")
   shift
   if [ "$seconds" -lt 20 ]; then log "not started: the deadline is near"; return 124; fi
+  if [ "$device" = cuda ] && [ -n "$compute_mode" ] && [ "$compute_mode" != Default ]; then
+    log "not started: two ranks need the GPU's Default compute mode, it is $compute_mode"
+    return 2
+  fi
   timeout "$seconds" scripts/gpu-mpirun.sh -np 2 bash -c \
     '[ "${NCCL_MULTI_RANK_GPU_ENABLE:-0}" = 1 ] || export NCCL_HOSTID=dptrain-rank-$OMPI_COMM_WORLD_RANK; exec "$@"' \
     rank "$@"
@@ -123,7 +134,7 @@ two_ranks() {  # SECONDS PROGRAM ARGS...: two ranks on the one GPU, each a host 
 log "dpbench --device cuda, 2 ranks ($share)"
 NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,NET NCCL_DEBUG_FILE="$OUT/dpbench-nccl.%p.txt" \
   two_ranks 150 "$bin/dpbench" --device cuda --op allreduce --algo all -b 1M -e 256M -f 4 -n 5 -w 2 -c 1 \
-  --json "$OUT/dpbench-cuda.json" > "$OUT/dpbench-cuda.txt" 2>&1
+  --comm-timeout 60 --json "$OUT/dpbench-cuda.json" > "$OUT/dpbench-cuda.txt" 2>&1
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda.txt"
 cat "$OUT"/dpbench-nccl.*.txt > "$OUT/dpbench-nccl.txt" 2>/dev/null; rm -f "$OUT"/dpbench-nccl.*.txt
 tail -22 "$OUT/dpbench-cuda.txt"
@@ -131,7 +142,7 @@ tail -22 "$OUT/dpbench-cuda.txt"
 # NCCL group (a non-blocking communicator starts a thread for each) from the pipelining's gain.
 log "dpbench --device cuda, 2 ranks, ring with --ring-piece chunk"
 NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 60 "$bin/dpbench" --device cuda --op allreduce --algo ring --ring-piece chunk \
-  -b 1M -e 256M -f 4 -n 5 -w 2 --json "$OUT/dpbench-cuda-chunk.json" > "$OUT/dpbench-cuda-chunk.txt" 2>&1
+  -b 1M -e 256M -f 4 -n 5 -w 2 --comm-timeout 30 --json "$OUT/dpbench-cuda-chunk.json" > "$OUT/dpbench-cuda-chunk.txt" 2>&1
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda-chunk.txt"
 tail -6 "$OUT/dpbench-cuda-chunk.txt"
 
@@ -150,7 +161,10 @@ train() {  # name ranks flags...: a small-config run on the GPU
               --eval-every 0 --link alpha=20us,bw=5GB/s --comm-timeout 30 --log "$OUT/small-$name.jsonl" "$@")
   log "small $name: $ranks rank(s) $*"
   if [ "$ranks" = 1 ]; then
-    ours timeout "$(step_timeout 60)" "$bin/dptrain" "${args[@]}" > "$OUT/small-$name.txt" 2>&1
+    local seconds
+    seconds=$(step_timeout 60)  # `timeout 0` would mean no limit at all
+    if [ "$seconds" -lt 20 ]; then log "not started: the deadline is near"; echo "exit 124" >> "$OUT/small-$name.txt"; return; fi
+    ours timeout "$seconds" "$bin/dptrain" "${args[@]}" > "$OUT/small-$name.txt" 2>&1
   else
     two_ranks 60 "$bin/dptrain" "${args[@]}" > "$OUT/small-$name.txt" 2>&1
   fi

@@ -110,6 +110,7 @@ struct Options {
   std::string json;
   std::string device = "cpu";
   std::size_t ring_piece_bytes = kRingPieceBytes;  // cuda: kNcclRingPieceBytes
+  double comm_timeout = 300;  // cuda: seconds an operation may take before NCCL is aborted and the job ended
   std::string
       fit;  // --fit FILE: least-squares α, β (and γ) per algorithm, the first algorithm's written as link.json
 };
@@ -138,6 +139,9 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("--json", options.json, "also write the rows as a JSON array to this file");
   app.add_option("--ring-piece", piece, "ring message size in bytes (K, M, G suffixes; 'chunk' = unpipelined)");
   app.add_option("--device", options.device, "cpu (MPI, host buffers) or cuda (NCCL, GPU buffers)")
+      ->capture_default_str();
+  app.add_option("--comm-timeout", options.comm_timeout,
+                 "cuda: seconds an operation may take before the job is ended on every rank")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -176,6 +180,8 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   options.check = check == 1;
   require(options.device == "cpu" || options.device == "cuda", "--device: unknown device '{}' (expected cpu or cuda)",
           options.device);
+  require(options.comm_timeout > 0 && options.comm_timeout <= 1e6,
+          "--comm-timeout must be in (0, 1e6] seconds, got {}", options.comm_timeout);
   if (options.device == "cuda") options.ring_piece_bytes = kNcclRingPieceBytes;
   if (piece == "chunk")
     options.ring_piece_bytes = SIZE_MAX;
@@ -276,9 +282,8 @@ std::unique_ptr<Bench> make_bench(const Options& options, Placement placement) {
 #if DPTRAIN_HAVE_NCCL
   bench->device = make_cuda_device(placement.gpu());
   bench->stream = bench->device->create_stream();
-  constexpr double kTimeoutSeconds = 300;  // a collective that has not ended by then never will
   auto nccl = std::make_unique<NcclTransport>(MPI_COMM_WORLD, placement.gpu(),
-                                              static_cast<CUstream_st*>(bench->stream.handle), kTimeoutSeconds);
+                                              static_cast<CUstream_st*>(bench->stream.handle), options.comm_timeout);
   bench->reduce_add = nccl->reduce_add();
   bench->estimate = [transport = nccl.get()](CollectiveOp op, std::size_t count, DType dtype, void* data) {
     return transport->simulated_seconds(op, count, dtype, data);

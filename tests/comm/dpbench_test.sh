@@ -60,6 +60,7 @@ check_bad_input "--algo: unknown algorithm 'star' (expected ring, tree, native o
 check_bad_input "-b 1: smaller than one bf16 element (2 bytes)" -b 1 -e 8
 check_bad_input "-e: size '17179869185G' does not fit in 64 bits" -e 17179869185G
 check_bad_input "--json: expected a file name, got ''" --json ""
+check_bad_input "--comm-timeout must be in (0, 1e6] seconds, got 0" --comm-timeout 0
 # --fit: what makes a fit impossible is refused before the sweep, on every rank, and nothing is written.
 check_bad_input "--fit: the sweep has one message size (1024 bytes); a fit needs two or more" -b 1K -e 1K \
   --fit "$out/link.json"

@@ -84,7 +84,7 @@ class NcclTransport final : public Transport, private StepStreams {
   // A communicator over the ranks of mpi_comm_ into `into` (collective): rank 0's ncclUniqueId broadcast, then
   // ncclCommInitRankConfig, blocking or not.
   void connect(ncclComm*& into, bool blocking);
-  void issue_native(ncclComm* comm, CollectiveOp op, void* data, std::size_t count, DType dtype);
+  int issue_native(ncclComm* comm, CollectiveOp op, void* data, std::size_t count, DType dtype);
   // Makes one NCCL call on the communicator (unless it was aborted) and waits for it to settle: in non-blocking mode
   // a call may still be in progress. Throws (after aborting) on an error or past the deadline.
   void settle(const char* name, const std::function<int()>& call);
@@ -92,6 +92,9 @@ class NcclTransport final : public Transport, private StepStreams {
   int locked(std::string_view name, const std::function<int()>& call);
   // Issues the queued isend/irecv as one group.
   void flush_queued();
+  // ncclGroupStart/End, settled, remembering whether this thread is inside a group (abort_and_throw closes it).
+  void group_start();
+  void group_end();
   // The host waits for everything issued on the stream (see the class comment for errors and the deadline).
   void complete(std::string_view what);
   [[noreturn]] void abort_and_throw(const std::string& message);
@@ -110,6 +113,7 @@ class NcclTransport final : public Transport, private StepStreams {
   ncclComm* comm_ = nullptr;
   ncclComm* simulation_comm_ = nullptr;  // blocking, for simulated_seconds() only (made by its first call)
   std::atomic<bool> aborted_{false};
+  bool in_group_ = false;  // between group_start() and group_end(), on the thread issuing the operations
   // Held around every call into the communicator and by abort(): an abort from another thread (the engine's
   // watchdog) never frees the communicator under a call in progress. In non-blocking mode NCCL's calls return at
   // once, so it is held for microseconds.

@@ -10,6 +10,7 @@
 #include <exception>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "dptrain/core/cuda_check.hpp"
 #include "dptrain/core/error.hpp"
@@ -19,6 +20,21 @@ namespace dptrain {
 namespace {
 
 ncclDataType_t nccl_type(DType dtype) { return dtype == DType::bf16 ? ncclBfloat16 : ncclFloat32; }
+
+const char* nccl_call_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      return "ncclAllReduce";
+    case CollectiveOp::reduce_scatter:
+      return "ncclReduceScatter";
+    case CollectiveOp::all_gather:
+      return "ncclAllGather";
+  }
+  return "?";
+}
+
+// How long complete() polls the end of an operation before it starts sleeping between polls.
+constexpr std::chrono::microseconds kSpinBeforeSleeping{200};
 
 }  // namespace
 
@@ -65,9 +81,17 @@ NcclTransport::~NcclTransport() {
 }
 
 void NcclTransport::connect(ncclComm*& into, bool blocking) {
-  ncclUniqueId id{};
-  if (rank_ == 0) settle("ncclGetUniqueId", [&] { return int(ncclGetUniqueId(&id)); });
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_comm_);
+  // Rank 0's id and whether it got one: a rank 0 that failed must not leave the others waiting in the broadcast.
+  struct {
+    ncclUniqueId id;
+    int result;
+  } hello{};
+  if (rank_ == 0) hello.result = int(ncclGetUniqueId(&hello.id));
+  MPI_Bcast(&hello, sizeof(hello), MPI_BYTE, 0, mpi_comm_);
+  if (hello.result != ncclSuccess)
+    throw std::runtime_error(fmt::format("rank {}: NCCL: ncclGetUniqueId failed on rank 0: {}", rank_,
+                                         ncclGetErrorString(ncclResult_t(hello.result))));
+  const ncclUniqueId& id = hello.id;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = blocking ? 1 : 0;
   settle("ncclCommInitRankConfig", [&] {
@@ -104,6 +128,9 @@ int NcclTransport::locked(std::string_view name, const std::function<int()>& cal
 }
 
 [[noreturn]] void NcclTransport::abort_and_throw(const std::string& message) {
+  // An abort inside an open group would only be queued until the group ends (ncclCommAbort is a group operation
+  // itself): close the group first, whatever it returns.
+  if (std::exchange(in_group_, false)) ncclGroupEnd();
   abort();
   throw std::runtime_error(fmt::format("rank {}: NCCL: {}", rank_, message));
 }
@@ -145,6 +172,7 @@ void NcclTransport::complete(std::string_view what) {
   for (;;) {
     const cudaError_t done = cudaEventQuery(ended_);
     if (done == cudaSuccess) {
+      throw_if_aborted(what);  // an abort from another thread ends the kernels too: the data is not final
       float milliseconds = 0;
       DP_CUDA(cudaEventElapsedTime(&milliseconds, started_, ended_));
       last_seconds_ = 1e-3 * double(milliseconds);
@@ -162,7 +190,13 @@ void NcclTransport::complete(std::string_view what) {
     if (!error.empty()) abort_and_throw(fmt::format("{} failed: {}", what, error));
     if (clock::now() - start > std::chrono::duration<double>(timeout_s_))
       abort_and_throw(fmt::format("{} did not complete in {:g} s", what, timeout_s_));
-    // Poll often while a short collective may end any moment, then back off: the compute thread needs the core.
+    // Poll without sleeping at first: a sleep lasts at least the thread's timer slack (50 µs by default), which
+    // would end a short collective that much later on the host (and leave the stream idle until the next one).
+    // Then back off: the compute thread needs the core.
+    if (clock::now() - start < kSpinBeforeSleeping) {
+      std::this_thread::yield();
+      continue;
+    }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(100));
   }
@@ -186,14 +220,14 @@ Request NcclTransport::irecv(int peer, void* data, std::size_t bytes) {
 void NcclTransport::flush_queued() {
   if (queued_.empty()) return;
   begin();
-  settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
+  group_start();
   for (const Queued& q : queued_) {
     settle(q.send ? "ncclSend" : "ncclRecv", [&] {
       return int(q.send ? ncclSend(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_)
                         : ncclRecv(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_));
     });
   }
-  settle("ncclGroupEnd", [] { return int(ncclGroupEnd()); });
+  group_end();
   queued_.clear();
   issued_requests_ = next_request_;
   complete("send/receive");
@@ -229,13 +263,23 @@ void NcclTransport::transfers_wait_for_reduces(std::size_t step) {
 }
 
 void NcclTransport::transfer(std::span<const Message> sends, std::span<const Message> receives) {
-  settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
+  group_start();
   for (const Message& m : sends) {
     count_sent(m.bytes);
     settle("ncclSend", [&] { return int(ncclSend(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_)); });
   }
   for (const Message& m : receives)
     settle("ncclRecv", [&] { return int(ncclRecv(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_)); });
+  group_end();
+}
+
+void NcclTransport::group_start() {
+  settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
+  in_group_ = true;
+}
+
+void NcclTransport::group_end() {
+  in_group_ = false;
   settle("ncclGroupEnd", [] { return int(ncclGroupEnd()); });
 }
 
@@ -261,29 +305,26 @@ void NcclTransport::finish() {
 
 // ---- native -----------------------------------------------------------------------------------------------------
 
-// Enqueues NCCL's own `op` in place: reduce-scatter leaves the sum of chunk r in chunk r, all-gather reads it there.
-void NcclTransport::issue_native(ncclComm* comm, CollectiveOp op, void* data, std::size_t count, DType dtype) {
+// Enqueues NCCL's own `op` in place (the call's result, unsettled): reduce-scatter leaves the sum of chunk r in
+// chunk r, all-gather reads it there.
+int NcclTransport::issue_native(ncclComm* comm, CollectiveOp op, void* data, std::size_t count, DType dtype) {
   const std::size_t chunk = count / std::size_t(size_);
   auto* own = static_cast<std::byte*>(data) + std::size_t(rank_) * chunk * element_size(dtype);
   switch (op) {
     case CollectiveOp::all_reduce:
-      settle("ncclAllReduce",
-             [&] { return int(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm, stream_)); });
-      break;
+      return int(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm, stream_));
     case CollectiveOp::reduce_scatter:
-      settle("ncclReduceScatter",
-             [&] { return int(ncclReduceScatter(data, own, chunk, nccl_type(dtype), ncclSum, comm, stream_)); });
-      break;
+      return int(ncclReduceScatter(data, own, chunk, nccl_type(dtype), ncclSum, comm, stream_));
     case CollectiveOp::all_gather:
-      settle("ncclAllGather", [&] { return int(ncclAllGather(own, data, chunk, nccl_type(dtype), comm, stream_)); });
-      break;
+      return int(ncclAllGather(own, data, chunk, nccl_type(dtype), comm, stream_));
   }
+  return int(ncclInvalidArgument);
 }
 
 void NcclTransport::native(CollectiveOp op, void* data, std::size_t count, DType dtype) {
   require_native_chunks(op, count, size_);
   begin();
-  issue_native(comm_, op, data, count, dtype);
+  settle(nccl_call_name(op), [&] { return issue_native(comm_, op, data, count, dtype); });
   complete(collective_op_name(op));
 }
 
@@ -291,11 +332,16 @@ std::optional<double> NcclTransport::simulated_seconds(CollectiveOp op, std::siz
   require_native_chunks(op, count, size_);
   make_current();
   if (simulation_comm_ == nullptr) connect(simulation_comm_, /*blocking=*/true);
-  settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
-  issue_native(simulation_comm_, op, data, count, dtype);
+  // On the blocking communicator every call returns its result: a failure gives no estimate and leaves the
+  // transport's own communicator as it was.
   ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
-  settle("ncclGroupSimulateEnd", [&] { return int(ncclGroupSimulateEnd(&info)); });
-  if (!(info.estimatedTime >= 0)) return std::nullopt;
+  const int simulated = locked("ncclGroupSimulateEnd", [&] {
+    if (ncclGroupStart() != ncclSuccess) return int(ncclInternalError);
+    const int issued = issue_native(simulation_comm_, op, data, count, dtype);
+    const int ended = int(ncclGroupSimulateEnd(&info));
+    return issued != ncclSuccess ? issued : ended;
+  });
+  if (simulated != ncclSuccess || !(info.estimatedTime >= 0)) return std::nullopt;
   return double(info.estimatedTime) * 1e-6;  // NCCL's tuning model counts microseconds
 }
 

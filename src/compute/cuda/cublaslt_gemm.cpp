@@ -78,10 +78,15 @@ const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* 
       cublasLtMatmulAlgoGetHeuristic(handle_, described.operation(), described.a(), described.b(), described.d(),
                                      described.d(), preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+  // No algorithm (NOT_SUPPORTED, or success with none found) is an answer, kept for the shape; any other status is
+  // a call cuBLASLt refused (a descriptor or attribute it rejects), reported rather than taken for "none".
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
     prepared_.emplace(key, std::nullopt);
     return nullptr;
   }
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(fmt::format("cuBLASLt heuristic failed ({}) for {}", cublasLtGetStatusString(status),
+                                         describe(plan, d_type, align_a, align_b, align_d)));
   p.algorithm = result.algo;
   return &*prepared_.emplace(key, std::move(p)).first->second;
 }
