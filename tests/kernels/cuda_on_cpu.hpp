@@ -193,15 +193,18 @@ void launch_shared(Kernel kernel, dim3 grid, dim3 block, std::size_t shared_byte
     }
   }
 #else
-  // One team of threads walks the blocks in order, meeting between blocks: a block starts once every thread of the
-  // one before has finished (blocks never overlap, so static __shared__ variables are the running block's).
+  // One team of threads walks the blocks, meeting between blocks: a block starts once every thread of the one
+  // before has finished (blocks never overlap, so static __shared__ variables are the running block's). The walk
+  // goes from the last block to the first, the fibers' from the first to the last: a kernel whose blocks read what
+  // other blocks of the launch write (a race on a GPU, where blocks run in any order) gives other results in one
+  // of the two builds, which the same tests then fail.
   Block state(threads, shared_bytes);
   std::barrier<> between_blocks(threads);
   std::vector<std::thread> team;
   team.reserve(threads);
   for (unsigned t = 0; t < threads; ++t)
     team.emplace_back([&, t] {
-      for (unsigned b = 0; b < blocks; ++b) {
+      for (unsigned b = blocks; b-- > 0;) {
         self = where(b, t, &state);
         kernel(args...);
         between_blocks.arrive_and_wait();
