@@ -108,8 +108,8 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
     std::copy_n(windows + w * (T + 1), T, host_tokens_.data() + w * T);
     std::copy_n(windows + w * (T + 1) + 1, T, host_tokens_.data() + N + w * T);
   }
-  device_.upload(inputs_, host_tokens_.data(), N * sizeof(std::int32_t));
-  device_.upload(targets_, host_tokens_.data() + N, N * sizeof(std::int32_t));
+  device_.upload_in_order(inputs_, host_tokens_.data(), N * sizeof(std::int32_t));
+  device_.upload_in_order(targets_, host_tokens_.data() + N, N * sizeof(std::int32_t));
   Backend& be = backend_;
 
   const FlatRange emb = layout_.embeddings();

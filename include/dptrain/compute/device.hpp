@@ -40,6 +40,12 @@ class Device : public Memory {
   // Seconds between two recorded events (both synchronised).
   virtual double elapsed_seconds(Event start, Event end) = 0;
 
+  // Copies host_src into dst on the compute stream, after the work issued there before, without waiting for that
+  // work: the host may reuse host_src when this returns, and dst holds the bytes for the work issued after it (the
+  // step's inputs, so that the host need not wait for the device before queueing a micro-step). The cpu device
+  // copies at once.
+  virtual void upload_in_order(void* dst, const void* host_src, std::size_t bytes) { upload(dst, host_src, bytes); }
+
   // A device with memory of its own: bytes in use (by every process on it) and free, as its driver reports them.
   // Zero for a device whose memory is the host's (the host's figures are measured elsewhere).
   virtual std::size_t memory_in_use() const { return 0; }

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "cuda_check.hpp"
 #include "dptrain/compute/backend.hpp"
 
@@ -25,6 +27,10 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
 
 CudaDevice::~CudaDevice() {
   cudaStreamSynchronize(compute_);
+  for (Staging& s : stagings_) {
+    if (s.read != nullptr) cudaEventDestroy(s.read);
+    if (s.host != nullptr) cudaFreeHost(s.host);
+  }
   cudaStreamDestroy(compute_);
 }
 
@@ -68,6 +74,27 @@ void CudaDevice::upload(void* dst, const void* host_src, std::size_t bytes) {
   if (!bytes) return;
   DP_CUDA(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, compute_));
   DP_CUDA(cudaStreamSynchronize(compute_));  // the host may reuse host_src when this returns
+}
+
+void CudaDevice::upload_in_order(void* dst, const void* host_src, std::size_t bytes) {
+  if (!bytes) return;
+  Staging& s = stagings_[next_staging_];
+  next_staging_ = (next_staging_ + 1) % kStagings;
+  if (s.pending) DP_CUDA(cudaEventSynchronize(s.read));  // its last copy has read it
+  s.pending = false;
+  if (s.bytes < bytes) {  // the first steps only: a micro-step's inputs have one size
+    if (s.host != nullptr) DP_CUDA(cudaFreeHost(s.host));
+    s.host = nullptr;
+    s.bytes = 0;
+    DP_CUDA(cudaMallocHost(&s.host, bytes));
+    s.bytes = bytes;
+  }
+  if (s.read == nullptr) DP_CUDA(cudaEventCreateWithFlags(&s.read, cudaEventDisableTiming));
+  std::memcpy(s.host, host_src, bytes);
+  // From page-locked memory the copy is queued and the call returns at once.
+  DP_CUDA(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, compute_));
+  DP_CUDA(cudaEventRecord(s.read, compute_));
+  s.pending = true;
 }
 
 void CudaDevice::download(void* host_dst, const void* src, std::size_t bytes) {
