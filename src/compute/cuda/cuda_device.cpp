@@ -82,7 +82,7 @@ void CudaDevice::upload_in_order(void* dst, const void* host_src, std::size_t by
   next_staging_ = (next_staging_ + 1) % kStagings;
   if (s.pending) DP_CUDA(cudaEventSynchronize(s.read));  // its last copy has read it
   s.pending = false;
-  if (s.bytes < bytes) {  // the first steps only: a micro-step's inputs have one size
+  if (s.bytes < bytes) {  // grown to the largest upload: in the first step (or a first evaluation of more windows)
     if (s.host != nullptr) DP_CUDA(cudaFreeHost(s.host));
     s.host = nullptr;
     s.bytes = 0;
