@@ -87,7 +87,7 @@ class NcclTransport final : public Transport, private StepStreams {
   int issue_native(ncclComm* comm, CollectiveOp op, void* data, std::size_t count, DType dtype);
   // Makes one NCCL call on the communicator (unless it was aborted) and waits for it to settle: in non-blocking mode
   // a call may still be in progress. Throws (after aborting) on an error or past the deadline.
-  void settle(const char* name, const std::function<int()>& call);
+  void settle(std::string_view name, const std::function<int()>& call);
   // Runs `call` under the communicator's lock, after checking that no other thread has aborted it.
   int locked(std::string_view name, const std::function<int()>& call);
   // Issues the queued isend/irecv as one group.

@@ -21,18 +21,6 @@ namespace {
 
 ncclDataType_t nccl_type(DType dtype) { return dtype == DType::bf16 ? ncclBfloat16 : ncclFloat32; }
 
-const char* nccl_call_name(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::all_reduce:
-      return "ncclAllReduce";
-    case CollectiveOp::reduce_scatter:
-      return "ncclReduceScatter";
-    case CollectiveOp::all_gather:
-      return "ncclAllGather";
-  }
-  return "?";
-}
-
 // How long complete() polls the end of an operation before it starts sleeping between polls.
 constexpr std::chrono::microseconds kSpinBeforeSleeping{200};
 
@@ -140,7 +128,7 @@ void NcclTransport::throw_if_aborted(std::string_view what) const {
   if (aborted_) throw std::runtime_error(fmt::format("rank {}: NCCL: {} ended by an abort", rank_, what));
 }
 
-void NcclTransport::settle(const char* name, const std::function<int()>& call) {
+void NcclTransport::settle(std::string_view name, const std::function<int()>& call) {
   using clock = std::chrono::steady_clock;
   const auto deadline =
       clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
@@ -188,12 +176,13 @@ void NcclTransport::complete(std::string_view what) {
       return 0;
     });
     if (!error.empty()) abort_and_throw(fmt::format("{} failed: {}", what, error));
-    if (clock::now() - start > std::chrono::duration<double>(timeout_s_))
+    const auto elapsed = clock::now() - start;
+    if (elapsed > std::chrono::duration<double>(timeout_s_))
       abort_and_throw(fmt::format("{} did not complete in {:g} s", what, timeout_s_));
     // Poll without sleeping at first: a sleep lasts at least the thread's timer slack (50 µs by default), which
     // would end a short collective that much later on the host (and leave the stream idle until the next one).
     // Then back off: the compute thread needs the core.
-    if (clock::now() - start < kSpinBeforeSleeping) {
+    if (elapsed < kSpinBeforeSleeping) {
       std::this_thread::yield();
       continue;
     }
@@ -324,7 +313,7 @@ int NcclTransport::issue_native(ncclComm* comm, CollectiveOp op, void* data, std
 void NcclTransport::native(CollectiveOp op, void* data, std::size_t count, DType dtype) {
   require_native_chunks(op, count, size_);
   begin();
-  settle(nccl_call_name(op), [&] { return issue_native(comm_, op, data, count, dtype); });
+  settle(collective_op_name(op), [&] { return issue_native(comm_, op, data, count, dtype); });
   complete(collective_op_name(op));
 }
 

@@ -22,9 +22,9 @@ class CpuDevice final : public Device {
   void* allocate(std::size_t bytes) override { return host_memory().allocate(bytes); }
   void release(void* data) noexcept override { host_memory().release(data); }
   void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
-  // The model's backward zeroes an activation gradient before each op that adds into it (117 MB a step of the
-  // small config): one thread alone is held to its core's share of the memory bandwidth, so a large region is
-  // cleared by the OpenMP team in pieces. Small ones (the communication's padding) stay on the calling thread.
+  // Large regions (the residual stream's gradient before each backward, the gradients before each step): one
+  // thread alone is held to its core's share of the memory bandwidth, so a large region is cleared by the OpenMP
+  // team in pieces. Small ones (the communication's padding) stay on the calling thread.
   void zero(void* dst, std::size_t bytes) override {
     if (bytes < kParallelZeroBytes || omp_in_parallel()) {
       std::memset(dst, 0, bytes);

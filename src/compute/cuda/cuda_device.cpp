@@ -23,6 +23,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   DP_CUDA(cudaGetDeviceProperties(&properties, ordinal));
   name_ = properties.name;
   DP_CUDA(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+  for (Staging& s : stagings_) DP_CUDA(cudaEventCreateWithFlags(&s.read, cudaEventDisableTiming));
 }
 
 CudaDevice::~CudaDevice() {
@@ -80,8 +81,7 @@ void CudaDevice::upload_in_order(void* dst, const void* host_src, std::size_t by
   if (!bytes) return;
   Staging& s = stagings_[next_staging_];
   next_staging_ = (next_staging_ + 1) % kStagings;
-  if (s.pending) DP_CUDA(cudaEventSynchronize(s.read));  // its last copy has read it
-  s.pending = false;
+  DP_CUDA(cudaEventSynchronize(s.read));  // its last copy has read it
   if (s.bytes < bytes) {  // grown to the largest upload: in the first step (or a first evaluation of more windows)
     if (s.host != nullptr) DP_CUDA(cudaFreeHost(s.host));
     s.host = nullptr;
@@ -89,12 +89,10 @@ void CudaDevice::upload_in_order(void* dst, const void* host_src, std::size_t by
     DP_CUDA(cudaMallocHost(&s.host, bytes));
     s.bytes = bytes;
   }
-  if (s.read == nullptr) DP_CUDA(cudaEventCreateWithFlags(&s.read, cudaEventDisableTiming));
   std::memcpy(s.host, host_src, bytes);
   // From page-locked memory the copy is queued and the call returns at once.
   DP_CUDA(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, compute_));
   DP_CUDA(cudaEventRecord(s.read, compute_));
-  s.pending = true;
 }
 
 void CudaDevice::download(void* host_dst, const void* src, std::size_t bytes) {

@@ -52,8 +52,7 @@ class CudaDevice final : public Device {
   struct Staging {
     void* host = nullptr;
     std::size_t bytes = 0;
-    cudaEvent_t read = nullptr;
-    bool pending = false;  // `read` recorded and perhaps not reached yet
+    cudaEvent_t read = nullptr;  // made with the device; waiting on it before its first record returns at once
   };
 
   int ordinal_;
