@@ -7,11 +7,13 @@
 # NCCL_MULTI_RANK_GPU_ENABLE=1 lets them share the device. Either way the figures are of that path, never NVLink's.
 #   1. dpbench --device cuda: all-reduce, ring/tree/native, 1 MiB–256 MiB, -c 1, native as NCCL_ALGO=Ring
 #      NCCL_PROTO=Simple, with NCCL's transport lines (NCCL_DEBUG=INFO) kept in $OUT/dpbench-nccl.txt; then the ring
-#      alone unpipelined (--ring-piece chunk: one NCCL group per round);
+#      alone unpipelined (--ring-piece chunk: one NCCL group per round); then 8 B-1 MiB on a non-blocking and on a
+#      blocking communicator (--nccl-blocking), the host's cost per operation either way;
 #   2. training on 2 ranks, small config, 20 steps, --comm-timeout 30, losses compared: W = 2 against W = 1 on the
 #      same global batch, tree and native against ring and ZeRO 1–3 against 0 (fp32 wire: 1e-5 relative on the cpu
 #      backend, the CPU suite's bound, 1e-2 on cuda, whose BF16 activations may round differently; BF16 wire: 1e-2),
-#      no overlap against overlap (1e-12: the same additions in the same order);
+#      no overlap against overlap and a blocking communicator against non-blocking (1e-12: the same additions in the
+#      same order);
 #   3. gpt2-124m at Q = 1024 on 2 ranks, global batch 16, --zero 0..3, 8 steps each: step time, exposed
 #      communication, memory per rank;
 # and writes the summary to $OUT/check-multi-<date>.json (commit it under docs/gpu/).
@@ -59,6 +61,14 @@ ratio = {str(size): busbw[(size, "ring")] / busbw[(size, "native")]
 chunk_busbw = {r["size"]: r["busbw"] for r in document(os.path.join(out, "dpbench-cuda-chunk.json"), [])}
 ratio_chunk = {str(size): chunk_busbw[size] / busbw[(size, "native")]
                for size in chunk_busbw if (size, "native") in busbw and busbw[(size, "native")] > 0}
+# Time per operation of the small sizes, blocking communicator over non-blocking, per algorithm and size.
+small = {mode: {(r["algo"], r["size"]): r["time_us"] for r in document(os.path.join(out, f"dpbench-small-{mode}.json"), [])}
+         for mode in ("non-blocking", "blocking")}
+blocking_ratio = {}
+for (algo, size), t in small["blocking"].items():
+    base = small["non-blocking"].get((algo, size))
+    if base:
+        blocking_ratio.setdefault(algo, {})[str(size)] = t / base
 comparisons = []
 # The cpu backend's activations are fp32, and there the CPU suite's bounds hold (1e-5 between runs whose gradients
 # differ in fp32 rounding only). The cuda backend stores activations in BF16 and cuBLASLt picks its kernels by shape
@@ -69,7 +79,8 @@ close = 1e-5 if device == "cpu" else 1e-2
 for name, reference, bound in [("w2-fp32", "w1-fp32", close), ("w2-bf16", "w1-bf16", 1e-2),
                                ("w2-fp32-tree", "w2-fp32", close), ("w2-fp32-native", "w2-fp32", close),
                                ("w2-fp32-zero1", "w2-fp32", close), ("w2-fp32-zero2", "w2-fp32", close),
-                               ("w2-fp32-zero3", "w2-fp32", close), ("w2-fp32-no-overlap", "w2-fp32", 1e-12)]:
+                               ("w2-fp32-zero3", "w2-fp32", close), ("w2-fp32-no-overlap", "w2-fp32", 1e-12),
+                               ("w2-fp32-blocking", "w2-fp32", 1e-12)]:
     d = max_relative(losses(name), losses(reference))
     comparisons.append({"run": name, "against": reference, "max_relative_loss_difference": d, "bound": bound,
                         "passed": d is not None and d <= bound})
@@ -89,6 +100,7 @@ summary = {
     **machine(out, nccl),
     "ranks": 2, "ranks_share_one_gpu_by": share,
     "transport": transport, "ring_vs_native_busbw": ratio, "ring_unpipelined_vs_native_busbw": ratio_chunk,
+    "small_allreduce_blocking_vs_nonblocking_time": blocking_ratio,
     "dpbench_wrong": sum(r["wrong"] or 0 for r in rows) if rows else None,
     "training_comparisons": comparisons, "gpt2_124m_two_ranks": runs,
 }
@@ -146,6 +158,18 @@ NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 60 "$bin/dpbench" --device cuda --op 
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda-chunk.txt"
 tail -6 "$OUT/dpbench-cuda-chunk.txt"
 
+# Small messages, where an operation's time is mostly the host's: a non-blocking communicator (the default) against
+# a blocking one (--nccl-blocking), which launches each group on the calling thread instead of a thread per group.
+for mode in non-blocking blocking; do
+  log "dpbench --device cuda, 2 ranks, 8 B-1 MiB, $mode communicator"
+  flag=()
+  [ "$mode" = blocking ] && flag=(--nccl-blocking)
+  NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 40 "$bin/dpbench" --device cuda --op allreduce --algo all -b 8 -e 1M -f 8 \
+    -n 20 -w 5 --comm-timeout 30 "${flag[@]}" --json "$OUT/dpbench-small-$mode.json" > "$OUT/dpbench-small-$mode.txt" 2>&1
+  echo "dpbench exit $?" >> "$OUT/dpbench-small-$mode.txt"
+  tail -8 "$OUT/dpbench-small-$mode.txt"
+done
+
 # ---- 2. correctness of training on two ranks ----------------------------------------------------------------------
 python3 - "$OUT/corpus.txt" <<'PY'
 import random, sys
@@ -178,6 +202,7 @@ train w2-fp32-tree 2 --grad-dtype fp32 --allreduce tree
 train w2-fp32-native 2 --grad-dtype fp32 --allreduce native
 for z in 1 2 3; do train "w2-fp32-zero$z" 2 --grad-dtype fp32 --zero "$z"; done
 train w2-fp32-no-overlap 2 --grad-dtype fp32 --no-overlap
+train w2-fp32-blocking 2 --grad-dtype fp32 --nccl-blocking
 
 # ---- 3. gpt2-124m on two ranks, ZeRO 0-3 --------------------------------------------------------------------------
 for z in 0 1 2 3; do

@@ -111,6 +111,7 @@ struct Options {
   std::string device = "cpu";
   std::size_t ring_piece_bytes = kRingPieceBytes;  // cuda: kNcclRingPieceBytes
   double comm_timeout = 300;  // cuda: seconds an operation may take before NCCL is aborted and the job ended
+  bool nccl_blocking = false;  // cuda: a blocking NCCL communicator (NcclSettings::blocking)
   std::string
       fit;  // --fit FILE: least-squares α, β (and γ) per algorithm, the first algorithm's written as link.json
 };
@@ -143,6 +144,9 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("--comm-timeout", options.comm_timeout,
                  "cuda: seconds an operation may take before the job is ended on every rank")
       ->capture_default_str();
+  app.add_flag("--nccl-blocking", options.nccl_blocking,
+               "cuda: a blocking NCCL communicator, each group launched on the calling thread (default: "
+               "non-blocking, NCCL starts a thread per group)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -282,13 +286,14 @@ std::unique_ptr<Bench> make_bench(const Options& options, Placement placement) {
 #if DPTRAIN_HAVE_NCCL
   bench->device = make_cuda_device(placement.gpu());
   bench->stream = bench->device->create_stream();
-  auto nccl = std::make_unique<NcclTransport>(MPI_COMM_WORLD, placement.gpu(),
-                                              static_cast<CUstream_st*>(bench->stream.handle), options.comm_timeout);
+  auto nccl = std::make_unique<NcclTransport>(
+      MPI_COMM_WORLD, placement.gpu(), static_cast<CUstream_st*>(bench->stream.handle),
+      NcclSettings{.timeout_s = options.comm_timeout, .blocking = options.nccl_blocking});
   bench->reduce_add = nccl->reduce_add();
   bench->estimate = [transport = nccl.get()](CollectiveOp op, std::size_t count, DType dtype, void* data) {
     return transport->simulated_seconds(op, count, dtype, data);
   };
-  bench->transport_name = "NCCL " + NcclTransport::version();
+  bench->transport_name = nccl->name();
   bench->memory = bench->device.get();
   bench->transport = std::move(nccl);
 #else

@@ -182,6 +182,11 @@ std::vector<TrainOption> make_table() {
       // Each rank watches its own waits; a rank with a shorter timeout only ends a stuck job sooner.
       entry("--comm-timeout", "Seconds a collective may take before the job is ended on every rank",
             DPTRAIN_FIELD(comm_timeout), own, unsaved),
+      entry("--nccl-blocking",
+            "GPU ranks: a blocking NCCL communicator, each group launched on the calling thread instead of a "
+            "thread NCCL starts per group (a call waiting on a peer is then ended by the job's end, not "
+            "--comm-timeout)",
+            DPTRAIN_FIELD(nccl_blocking), all, unsaved),
       // A rank without --link calibrates, which is collective: every rank must take the same branch.
       entry("--link",
             "α–β link of the model: nvlink-h100, ib-400g, wan-100g, a link.json, or alpha=5us,bw=450GB/s "

@@ -22,23 +22,23 @@ std::string multi_rank_unsupported(const std::string& backend_name) {
 }
 
 RunTransport connect_run_transport(Backend& backend, Algorithm algorithm, Stream comm_stream, int gpu,
-                                   double timeout_s) {
+                                   double timeout_s, bool nccl_blocking) {
   RunTransport run;
 #if DPTRAIN_HAVE_NCCL
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (backend.name() == "cuda" && ranks > 1) {  // one GPU alone has nothing to move: no NCCL set-up
     auto nccl = std::make_unique<NcclTransport>(MPI_COMM_WORLD, gpu, static_cast<CUstream_st*>(comm_stream.handle),
-                                                timeout_s);
+                                                NcclSettings{.timeout_s = timeout_s, .blocking = nccl_blocking});
     ReduceAdd reduce_add = nccl->reduce_add();
-    run.name = "NCCL " + NcclTransport::version();
+    run.name = nccl->name();
     run.transport = std::move(nccl);
     run.collectives =
         make_collectives(algorithm, *run.transport, std::move(reduce_add), backend.device(), kNcclRingPieceBytes);
     return run;
   }
 #endif
-  (void)comm_stream, (void)gpu, (void)timeout_s;
+  (void)comm_stream, (void)gpu, (void)timeout_s, (void)nccl_blocking;
   // MPI moves host memory only (its sends, receives and reductions read the buffers on the host): a device whose
   // memory the host cannot touch never gets here with more than one rank (multi_rank_unsupported refuses it).
   int world = 1;

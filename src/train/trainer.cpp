@@ -130,7 +130,7 @@ void Trainer::connect() {
     if (options_.cpu_gemm == "auto") *cpu_gemm_ = make_cpu_gemm(cpu_gemm_choice_.library);
   }
   transport_ = connect_run_transport(*backend_, parse_algorithm(options_.allreduce), engine_->comm_stream(),
-                                     placement_.gpu(), options_.comm_timeout);
+                                     placement_.gpu(), options_.comm_timeout, options_.nccl_blocking);
   if (options_.link.empty()) {
     const std::size_t gradient_bytes = engine_->layout().total() * element_size(options_.grad_dtype);
     link_ = calibrate_link(*transport_.collectives, backend_->device(),

@@ -77,8 +77,12 @@ DPTRAIN_RANKS_PER_GPU=0 check_bad_input "DPTRAIN_RANKS_PER_GPU: expected a whole
 if nvidia-smi -L > /dev/null 2>&1; then
   "$mpiexec" -n 2 --oversubscribe "$dpbench" --device cuda -b 1K -e 4M -f 16 -c 1 --json "$out/cuda.json" > /dev/null
   jq -e 'all(.[]; .wrong == 0)' "$out/cuda.json" > /dev/null || { echo "FAIL --device cuda"; exit 1; }
+  "$mpiexec" -n 2 --oversubscribe "$dpbench" --device cuda --nccl-blocking -b 1K -e 4M -f 16 -c 1 \
+    --json "$out/cuda-blocking.json" > /dev/null
+  jq -e 'all(.[]; .wrong == 0)' "$out/cuda-blocking.json" > /dev/null || { echo "FAIL --nccl-blocking"; exit 1; }
 else
   check_bad_input "--device cuda: " --device cuda
+  check_bad_input "--device cuda: " --device cuda --nccl-blocking
 fi
 # Messages larger than the memory the host has: refused with the estimate before anything is allocated.
 check_bad_input "-e: messages of up to 1.00 TiB need about" -b 1024G -e 1024G

@@ -80,7 +80,8 @@ struct RankEngine {
     engine = std::make_unique<DataParallelEngine>(
         config, *backend, mpi_group(), EngineSettings{.zero_stage = stage, .bucket_mb = 0, .comm_timeout_s = 60},
         kLocalWindows);
-    transport = connect_run_transport(*backend, Algorithm::ring, engine->comm_stream(), 0, 60);
+    transport =
+        connect_run_transport(*backend, Algorithm::ring, engine->comm_stream(), 0, 60, /*nccl_blocking=*/false);
     engine->set_collectives(transport.collectives.get());
     engine->initialise(5);
   }

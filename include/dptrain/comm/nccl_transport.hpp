@@ -1,9 +1,10 @@
 // NcclTransport: Transport over NCCL between GPUs, one rank per GPU (in builds with NCCL: DPTRAIN_HAVE_NCCL).
 //
 //   - Bootstrap over MPI: rank 0's ncclUniqueId broadcast on the communicator given, ncclCommInitRankConfig with a
-//     non-blocking config (so that a stuck collective can be ended with ncclCommAbort). The caller has made the
-//     rank's GPU current (cudaSetDevice by local rank) first; every thread that calls the transport makes it
-//     current again.
+//     non-blocking config by default (so that no call blocks the host and a stuck one can be ended with
+//     ncclCommAbort), or a blocking one (NcclSettings::blocking: NCCL launches each group on the calling thread
+//     instead of a thread it starts per group). The caller has made the rank's GPU current (cudaSetDevice by local
+//     rank) first; every thread that calls the transport makes it current again.
 //   - Schedules (ring, tree) run on the GroupedExecutor: each step one ncclGroupStart/End of ncclSend/ncclRecv on
 //     the transport's stream, the reduce-add kernel (fp32 add, one rounding to BF16) on a second stream, events
 //     between them; the host only enqueues until the collective's end.
@@ -33,11 +34,20 @@ struct CUevent_st;
 
 namespace dptrain {
 
+struct NcclSettings {
+  double timeout_s = 300;  // an operation not complete by then aborts the communicator and throws
+  // A blocking communicator: each ncclGroupEnd launches on the calling thread. Non-blocking (the default), NCCL
+  // starts a thread per group to launch it, which costs the host tens of microseconds per ring step; blocking, a
+  // call that waits on a peer (a first connection, finalizing) cannot be ended by the deadline, only by the job's
+  // end (MPI_Abort, or mpirun when a rank dies).
+  bool blocking = false;
+};
+
 class NcclTransport final : public Transport, private StepStreams {
  public:
   // Collective over `comm` (which outlives it): every rank of it constructs one, with its own GPU `device` and
   // `stream`.
-  NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, double timeout_s);
+  NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, NcclSettings settings);
   ~NcclTransport() override;
   NcclTransport(const NcclTransport&) = delete;
   NcclTransport& operator=(const NcclTransport&) = delete;
@@ -72,6 +82,8 @@ class NcclTransport final : public Transport, private StepStreams {
   // The NCCL library's version, e.g. "2.28.9"; the transport NCCL chose for this rank's peers is in its
   // NCCL_DEBUG=INFO output.
   static std::string version();
+  // "NCCL 2.28.9, non-blocking" (or "blocking"): the transport as a run's start-up lines name it.
+  std::string name() const;
 
  private:
   // StepStreams, for the GroupedExecutor.
@@ -116,10 +128,11 @@ class NcclTransport final : public Transport, private StepStreams {
   bool in_group_ = false;  // between group_start() and group_end(), on the thread issuing the operations
   // Held around every call into the communicator and by abort(): an abort from another thread (the engine's
   // watchdog) never frees the communicator under a call in progress. In non-blocking mode NCCL's calls return at
-  // once, so it is held for microseconds.
-  std::mutex calls_;
+  // once, so it is held for microseconds; a blocking call may hold it while it waits on a peer, so abort() waits
+  // for it a bounded time only.
+  std::timed_mutex calls_;
   int device_ = 0, rank_ = 0, size_ = 1;
-  double timeout_s_;
+  NcclSettings settings_;
   CUstream_st* stream_;                   // transfers and native collectives (the caller's comm stream)
   CUstream_st* reduce_stream_ = nullptr;  // the schedules' reduce-adds
   CUevent_st* transferred_ = nullptr;     // the last group's end, for the reduce stream to wait on

@@ -42,6 +42,7 @@ struct TrainOptions {
   bool no_overlap = false;    // the same as overlap = "off"
   int grad_accum = 1;         // micro-steps per step
   double comm_timeout = 300;  // seconds a collective may take before the job is ended (a stopped rank, a dead link)
+  bool nccl_blocking = false;  // GPU ranks: a blocking NCCL communicator (no launch thread per group)
 
   std::string link;           // α–β link: preset, link.json, or alpha=..,bw=..; empty: calibrate at start-up
   double peak_tflops = 0;     // per-rank peak for MFU; 0: measured by an sgemm probe

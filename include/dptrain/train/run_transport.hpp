@@ -18,15 +18,16 @@ inline constexpr std::size_t kNcclRingPieceBytes = std::size_t{4} << 20;
 struct RunTransport {
   std::unique_ptr<Transport> transport;
   std::unique_ptr<Collectives> collectives;
-  std::string name;  // "MPI" or "NCCL 2.28.9"
+  std::string name;  // "MPI" or "NCCL 2.28.9, non-blocking"
 };
 
 // Whether this build can connect `backend_name` ranks of a multi-rank job ("" when it can, else why not).
 std::string multi_rank_unsupported(const std::string& backend_name);
 
 // Collective: every rank calls it with the same algorithm. `comm_stream` is the engine's, `gpu` the rank's GPU
-// (cuda backend), timeout_s the --comm-timeout a device transport watches its operations with.
+// (cuda backend), timeout_s the --comm-timeout a device transport watches its operations with, nccl_blocking
+// --nccl-blocking (NcclSettings::blocking).
 RunTransport connect_run_transport(Backend& backend, Algorithm algorithm, Stream comm_stream, int gpu,
-                                   double timeout_s);
+                                   double timeout_s, bool nccl_blocking);
 
 }  // namespace dptrain

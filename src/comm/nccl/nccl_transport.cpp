@@ -23,15 +23,18 @@ ncclDataType_t nccl_type(DType dtype) { return dtype == DType::bf16 ? ncclBfloat
 
 // How long complete() polls the end of an operation before it starts sleeping between polls.
 constexpr std::chrono::microseconds kSpinBeforeSleeping{200};
+// How long abort() waits for a call in progress on another thread to return.
+constexpr std::chrono::seconds kAbortWaitsForACall{2};
 
 }  // namespace
 
-NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, double timeout_s)
-    : mpi_comm_(comm), device_(device), timeout_s_(timeout_s), stream_(stream) {
+NcclTransport::NcclTransport(MPI_Comm comm, int device, CUstream_st* stream, NcclSettings settings)
+    : mpi_comm_(comm), device_(device), settings_(settings), stream_(stream) {
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   make_current();
-  connect(comm_, /*blocking=*/false);  // calls return at once; settle() waits, watching the deadline, and can abort
+  // Non-blocking, calls return at once and settle() waits, watching the deadline, and can abort.
+  connect(comm_, settings_.blocking);
   DP_CUDA(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
   DP_CUDA(cudaEventCreateWithFlags(&transferred_, cudaEventDisableTiming));
   DP_CUDA(cudaEventCreate(&started_));
@@ -47,7 +50,7 @@ NcclTransport::~NcclTransport() {
     // Finalizing may need the peers; one that died must not keep this rank from exiting: after the deadline the
     // communicator is aborted instead.
     using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::chrono::duration<double>(timeout_s_);
+    const auto deadline = clock::now() + std::chrono::duration<double>(settings_.timeout_s);
     ncclResult_t state = ncclCommFinalize(comm_);
     while (state == ncclInProgress && clock::now() < deadline && ncclCommGetAsyncError(comm_, &state) == ncclSuccess)
       std::this_thread::yield();
@@ -96,6 +99,10 @@ std::string NcclTransport::version() {
   return fmt::format("{}.{}.{}", code / 10000, code / 100 % 100, code % 100);
 }
 
+std::string NcclTransport::name() const {
+  return fmt::format("NCCL {}, {}", version(), settings_.blocking ? "blocking" : "non-blocking");
+}
+
 void NcclTransport::make_current() const { DP_CUDA(cudaSetDevice(device_)); }
 
 void NcclTransport::begin() {
@@ -105,7 +112,10 @@ void NcclTransport::begin() {
 }
 
 void NcclTransport::abort() noexcept {
-  const std::lock_guard lock(calls_);
+  // A blocking call that waits on a peer may hold the lock for good: then the communicator is left as it is, and
+  // the job's end (MPI_Abort follows every abort) ends the call with the process.
+  std::unique_lock lock(calls_, std::defer_lock);
+  if (!lock.try_lock_for(kAbortWaitsForACall)) return;
   if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
 }
 
@@ -131,10 +141,11 @@ void NcclTransport::throw_if_aborted(std::string_view what) const {
 void NcclTransport::settle(std::string_view name, const std::function<int()>& call) {
   using clock = std::chrono::steady_clock;
   const auto deadline =
-      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s_));
+      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(settings_.timeout_s));
   auto state = static_cast<ncclResult_t>(locked(name, call));
   while (state == ncclInProgress) {
-    if (clock::now() > deadline) abort_and_throw(fmt::format("{} did not settle in {:g} s", name, timeout_s_));
+    if (clock::now() > deadline)
+      abort_and_throw(fmt::format("{} did not settle in {:g} s", name, settings_.timeout_s));
     std::this_thread::yield();
     state = static_cast<ncclResult_t>(locked(name, [&] {
       ncclResult_t now = ncclInProgress;
@@ -177,8 +188,8 @@ void NcclTransport::complete(std::string_view what) {
     });
     if (!error.empty()) abort_and_throw(fmt::format("{} failed: {}", what, error));
     const auto elapsed = clock::now() - start;
-    if (elapsed > std::chrono::duration<double>(timeout_s_))
-      abort_and_throw(fmt::format("{} did not complete in {:g} s", what, timeout_s_));
+    if (elapsed > std::chrono::duration<double>(settings_.timeout_s))
+      abort_and_throw(fmt::format("{} did not complete in {:g} s", what, settings_.timeout_s));
     // Poll without sleeping at first: a sleep lasts at least the thread's timer slack (50 µs by default), which
     // would end a short collective that much later on the host (and leave the stream idle until the next one).
     // Then back off: the compute thread needs the core.
