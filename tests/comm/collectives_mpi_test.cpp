@@ -18,6 +18,7 @@
 #include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/core/bf16.hpp"
 #include "dptrain/core/error.hpp"
+#include "exact_sums.hpp"
 #include "expected_bytes.hpp"
 #include "global_sum.hpp"
 #include "grouped_mpi_transport.hpp"
@@ -43,71 +44,6 @@ std::unique_ptr<Collectives> make(const Variant& variant, MpiTransport& transpor
 }
 constexpr std::size_t kLargeCount = 1000003;  // prime: unequal chunks for every p > 1
 
-float contribution(int rank, std::size_t i) {
-  const int units = static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % 9) - 4;
-  return std::ldexp(static_cast<float>(units), static_cast<int>(i % 5) - 3);
-}
-
-float sum_over_ranks(int p, std::size_t i) {
-  float sum = 0;  // exact: the partial sums are small multiples of one power of two
-  for (int q = 0; q < p; ++q) sum += contribution(q, i);
-  return sum;
-}
-
-// A typed view of a byte buffer of `count` elements.
-struct Buffer {
-  Buffer(DType dtype, std::size_t count) : dtype(dtype), count(count), bytes(count * element_size(dtype)) {}
-
-  float get(std::size_t i) const {
-    if (dtype == DType::f32) return reinterpret_cast<const float*>(bytes.data())[i];
-    return to_float(reinterpret_cast<const bf16*>(bytes.data())[i]);
-  }
-  void set(std::size_t i, float value) {
-    if (dtype == DType::f32) {
-      reinterpret_cast<float*>(bytes.data())[i] = value;
-    } else {
-      reinterpret_cast<bf16*>(bytes.data())[i] = to_bf16(value);
-    }
-  }
-  std::size_t element_bytes(std::size_t begin, std::size_t end) const { return (end - begin) * element_size(dtype); }
-
-  DType dtype;
-  std::size_t count;
-  std::vector<std::byte> bytes;
-};
-
-int owner_of(std::size_t i, std::size_t count, int p) {
-  int q = 0;
-  while (chunk_begin(count, p, q + 1) <= i) ++q;
-  return q;
-}
-
-// The input of `op` on rank r: all-gather has only the own chunk valid (the rest is a sentinel that must be
-// overwritten); the reductions start from every element of the rank's contribution.
-Buffer input(CollectiveOp op, DType dtype, std::size_t count, int r, int p) {
-  Buffer buffer(dtype, count);
-  const std::size_t own_begin = chunk_begin(count, p, r), own_end = chunk_begin(count, p, r + 1);
-  for (std::size_t i = 0; i < count; ++i) {
-    const bool own = i >= own_begin && i < own_end;
-    buffer.set(i, op == CollectiveOp::all_gather && !own ? 12345.0f : contribution(r, i));
-  }
-  return buffer;
-}
-
-// Elements of the result range (everything, or chunk r for reduce-scatter) that differ from the exact answer.
-long wrong_elements(const Buffer& result, CollectiveOp op, int r, int p) {
-  const std::size_t count = result.count;
-  std::size_t begin = 0, end = count;
-  if (op == CollectiveOp::reduce_scatter) begin = chunk_begin(count, p, r), end = chunk_begin(count, p, r + 1);
-  long wrong = 0;
-  for (std::size_t i = begin; i < end; ++i) {
-    const float expected =
-        op == CollectiveOp::all_gather ? contribution(owner_of(i, count, p), i) : sum_over_ranks(p, i);
-    wrong += result.get(i) != expected;
-  }
-  return wrong;
-}
-
 void check_op(CollectiveOp op) {
   MpiTransport transport;
   GroupedMpiTransport grouped;
@@ -117,13 +53,13 @@ void check_op(CollectiveOp op) {
     for (std::size_t count :
          std::set<std::size_t>{0, 1, std::size_t(p - 1), std::size_t(p), kLargeCount, large_multiple}) {
       SCOPED_TRACE(::testing::Message() << collective_op_name(op) << " " << dtype_name(dtype) << " count " << count);
-      std::vector<Buffer> results;
+      std::vector<TypedBytes> results;
       long wrong = 0, wrong_bytes = 0, wrong_records = 0;
       long wrong_refusals = 0;
       for (const Variant& variant : kVariants) {
         const Algorithm algo = variant.algo;
         auto collectives = make(variant, transport, grouped);
-        Buffer buffer = input(op, dtype, count, r, p);
+        TypedBytes buffer = input(op, dtype, count, r, p);
         if (algo == Algorithm::native && op != CollectiveOp::all_reduce && count % p != 0) {
           // Every rank refuses on its own, before any communication, so no rank is left waiting.
           try {

@@ -1,0 +1,187 @@
+// The part of the CUDA runtime the NCCL transport calls, on the CPU (fake_nccl.hpp says why). A stream is a thread
+// that runs its queue in order; before each item it pauses a random while (most often a yield, sometimes up to
+// 40 µs), so that work queued on two streams interleaves differently from run to run and an item that is not
+// ordered after the one whose data it reads finds that data unfinished. Events count their records: an event is
+// complete when the item of its latest record has run, and cudaStreamWaitEvent waits for the record that was the
+// latest when it was called, as on a GPU. Events and streams are never freed (a stream is drained and its thread
+// joined): items still queued may refer to them.
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "fake_nccl.hpp"
+
+struct CUstream_st {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::function<void()>> queue;
+  bool running = false;  // an item is running
+  bool stopping = false;
+  std::thread worker;
+};
+
+struct CUevent_st {
+  std::mutex mutex;
+  std::condition_variable changed;
+  unsigned long recorded = 0, completed = 0;  // generations
+  std::chrono::steady_clock::time_point at;   // when the latest completed record ran
+};
+
+namespace {
+
+void run_stream(CUstream_st* stream, unsigned seed) {
+  std::mt19937 random(seed);
+  std::uniform_int_distribution<int> pause_us(-120, 40);  // ≤ 0 (three times in four): a yield only
+  for (;;) {
+    std::function<void()> item;
+    {
+      std::unique_lock lock(stream->mutex);
+      stream->changed.wait(lock, [&] { return stream->stopping || !stream->queue.empty(); });
+      if (stream->queue.empty()) return;  // stopping, and drained
+      item = std::move(stream->queue.front());
+      stream->queue.pop_front();
+      stream->running = true;
+    }
+    const int pause = pause_us(random);
+    if (pause > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(pause));
+    else
+      std::this_thread::yield();
+    item();
+    {
+      const std::lock_guard lock(stream->mutex);
+      stream->running = false;
+    }
+    stream->changed.notify_all();
+  }
+}
+
+std::mutex streams_mutex;
+std::vector<CUstream_st*> streams;  // every stream not destroyed
+
+unsigned next_seed() {
+  static std::atomic<unsigned> streams{0};
+  return 1000003u * static_cast<unsigned>(fake_nccl::world_rank()) + streams++;
+}
+
+}  // namespace
+
+namespace fake_cuda {
+
+void enqueue(cudaStream_t stream, std::function<void()> item) {
+  {
+    const std::lock_guard lock(stream->mutex);
+    stream->queue.push_back(std::move(item));
+  }
+  stream->changed.notify_all();
+}
+
+void drain_all() {
+  const std::lock_guard registry(streams_mutex);
+  for (CUstream_st* stream : streams) {
+    std::unique_lock lock(stream->mutex);
+    stream->changed.wait(lock, [&] { return stream->queue.empty() && !stream->running; });
+  }
+}
+
+}  // namespace fake_cuda
+
+extern "C" {
+
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  auto* s = new CUstream_st;
+  s->worker = std::thread(run_stream, s, next_seed());
+  {
+    const std::lock_guard registry(streams_mutex);
+    streams.push_back(s);
+  }
+  *stream = s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  {
+    const std::lock_guard registry(streams_mutex);
+    std::erase(streams, stream);
+  }
+  {
+    const std::lock_guard lock(stream->mutex);
+    stream->stopping = true;
+  }
+  stream->changed.notify_all();
+  stream->worker.join();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  unsigned long generation = 0;
+  {
+    const std::lock_guard lock(event->mutex);
+    generation = ++event->recorded;
+  }
+  fake_cuda::enqueue(stream, [event, generation] {
+    {
+      const std::lock_guard lock(event->mutex);
+      if (generation > event->completed) {
+        event->completed = generation;
+        event->at = std::chrono::steady_clock::now();
+      }
+    }
+    event->changed.notify_all();
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  unsigned long generation = 0;
+  {
+    const std::lock_guard lock(event->mutex);
+    generation = event->recorded;  // never recorded: 0, nothing to wait for
+  }
+  fake_cuda::enqueue(stream, [event, generation] {
+    std::unique_lock lock(event->mutex);
+    event->changed.wait(lock, [&] { return event->completed >= generation; });
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  const std::lock_guard lock(event->mutex);
+  return event->completed >= event->recorded ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (cudaEventQuery(start) != cudaSuccess || cudaEventQuery(end) != cudaSuccess) return cudaErrorNotReady;
+  std::chrono::steady_clock::time_point from, to;
+  {
+    const std::lock_guard lock(start->mutex);
+    from = start->at;
+  }
+  {
+    const std::lock_guard lock(end->mutex);
+    to = end->at;
+  }
+  *ms = std::chrono::duration<float, std::milli>(to - from).count();
+  return cudaSuccess;
+}
+
+}  // extern "C"

@@ -1,0 +1,46 @@
+// NCCL and the CUDA runtime on the CPU, for testing the NCCL transport's host code where there is no GPU. The test
+// executable defines the NCCL and CUDA runtime functions src/comm/nccl/ calls (fake_nccl.cpp,
+// fake_cuda_runtime.cpp) and the transport's reduce-add launch; the linker takes these before the real libraries,
+// so NcclTransport runs unchanged over them:
+//   - "device" pointers are host pointers; a stream is a thread that runs its queue in order after random pauses;
+//   - a group's sends and receives (matched by peer and order, as NCCL's) and NCCL's collectives run on the stream
+//     as MPI calls on a duplicate of MPI_COMM_WORLD; the BF16 sums of the collectives add in fp32 and round once;
+//   - a non-blocking communicator answers ncclInProgress to its set-up, each ncclGroupEnd and its finalize, then
+//     "in progress" to the next polls of ncclCommGetAsyncError, as NCCL's launch thread would; a call on it while
+//     in progress, which NCCL forbids, is counted;
+//   - faults on demand: a group that stalls until the communicator is aborted, an asynchronous error, and a
+//     blocking ncclGroupEnd that holds the calling thread (a connection waiting on a peer).
+#pragma once
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <functional>
+
+namespace fake_cuda {
+
+// Queues `item` on the stream, behind everything queued there before.
+void enqueue(cudaStream_t stream, std::function<void()> item);
+// Waits until every stream has run everything queued on it (after an aborted operation, before its buffers go).
+void drain_all();
+
+}  // namespace fake_cuda
+
+namespace fake_nccl {
+
+int world_rank();
+
+// How many polls of ncclCommGetAsyncError a non-blocking call stays in progress (default 2).
+void set_polls_in_progress(int polls);
+// The next group issued (on any communicator of this process) waits on its stream until its communicator is
+// aborted, and then moves nothing.
+void stall_next_group();
+// ncclCommGetAsyncError reports `error` from now on (ncclSuccess: none).
+void set_async_error(ncclResult_t error);
+// Each ncclGroupEnd on a blocking communicator holds the calling thread this long before queuing its work.
+void set_blocking_group_end_seconds(double seconds);
+bool in_held_group_end();  // a thread of this process is inside such an ncclGroupEnd now
+
+int aborts();                   // ncclCommAbort calls so far
+int calls_while_in_progress();  // calls on a non-blocking communicator still in progress (NCCL forbids them)
+
+}  // namespace fake_nccl
