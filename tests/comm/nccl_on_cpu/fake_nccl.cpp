@@ -9,10 +9,12 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../../../src/comm/nccl/reduce_add_launch.hpp"
@@ -24,6 +26,9 @@ struct ncclComm {
   bool blocking = true;
   MPI_Comm mpi = MPI_COMM_NULL;
   std::atomic<int> polls_in_progress{0};  // ncclCommGetAsyncError answers ncclInProgress this many more times
+  // A non-blocking group's work, queued on its stream only when the call settles (by NCCL's launch thread): work
+  // the caller queues on the stream before that would run first.
+  std::function<void()> launch;
   std::mutex mutex;
   std::condition_variable aborted_changed;
   bool aborted = false;
@@ -72,7 +77,12 @@ void note_call(ncclComm* comm) {
   if (comm != nullptr && comm->polls_in_progress.load() > 0) ++forbidden_calls;
 }
 
-void start_progress(ncclComm* comm) { comm->polls_in_progress = polls_per_call.load(); }
+// A non-blocking call starts in progress; `launch` runs when it settles.
+void start_progress(ncclComm* comm, std::function<void()> launch = {}) {
+  comm->polls_in_progress = polls_per_call.load();
+  comm->launch = std::move(launch);
+  if (comm->polls_in_progress == 0 && comm->launch) std::exchange(comm->launch, {})();
+}
 
 void wait_for_abort(ncclComm* comm) {
   std::unique_lock lock(comm->mutex);
@@ -201,7 +211,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* state) {
   if (async_error != ncclSuccess) {
     *state = ncclResult_t(async_error.load());
   } else if (comm->polls_in_progress.load() > 0) {
-    --comm->polls_in_progress;
+    if (--comm->polls_in_progress == 0 && comm->launch) std::exchange(comm->launch, {})();
     *state = ncclInProgress;
   } else {
     *state = ncclSuccess;
@@ -269,12 +279,17 @@ ncclResult_t ncclGroupEnd() {
     --holding;
   }
   const bool stall = stall_next.exchange(false);
-  fake_cuda::enqueue(stream, [calls = std::move(calls), comm, stall] {
-    if (stall) wait_for_abort(comm);
-    if (!is_aborted(comm)) run_group(calls);  // an aborted communicator's kernels end without moving anything
-  });
-  if (comm->blocking) return ncclSuccess;
-  start_progress(comm);
+  auto launch = [stream, calls = std::move(calls), comm, stall] {
+    fake_cuda::enqueue(stream, [calls, comm, stall] {
+      if (stall) wait_for_abort(comm);
+      if (!is_aborted(comm)) run_group(calls);  // an aborted communicator's kernels end without moving anything
+    });
+  };
+  if (comm->blocking) {
+    launch();
+    return ncclSuccess;
+  }
+  start_progress(comm, std::move(launch));
   return ncclInProgress;
 }
 

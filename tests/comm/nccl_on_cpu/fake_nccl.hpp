@@ -6,8 +6,9 @@
 //   - a group's sends and receives (matched by peer and order, as NCCL's) and NCCL's collectives run on the stream
 //     as MPI calls on a duplicate of MPI_COMM_WORLD; the BF16 sums of the collectives add in fp32 and round once;
 //   - a non-blocking communicator answers ncclInProgress to its set-up, each ncclGroupEnd and its finalize, then
-//     "in progress" to the next polls of ncclCommGetAsyncError, as NCCL's launch thread would; a call on it while
-//     in progress, which NCCL forbids, is counted;
+//     "in progress" to the next polls of ncclCommGetAsyncError, and queues a group's work on its stream only at
+//     the last of them, as NCCL's launch thread would (work the caller queued on the stream before the group
+//     settled runs first); a call on it while in progress, which NCCL forbids, is counted;
 //   - faults on demand: a group that stalls until the communicator is aborted, an asynchronous error, and a
 //     blocking ncclGroupEnd that holds the calling thread (a connection waiting on a peer).
 #pragma once
