@@ -41,6 +41,11 @@ std::string CommExecutor::running() const {
   return running_;
 }
 
+std::string CommExecutor::failed() const {
+  std::lock_guard lock(mutex_);
+  return failed_;
+}
+
 void CommExecutor::loop() {
   // The reductions inside a collective run on this thread alone: the compute thread's OpenMP team already
   // occupies the cores.
@@ -60,6 +65,7 @@ void CommExecutor::loop() {
       error = std::current_exception();
     }
     lock.lock();
+    if (error) failed_ = running_;
     running_.clear();
     ++completed_;
     if (error) {

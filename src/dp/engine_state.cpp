@@ -73,7 +73,13 @@ DataParallelEngine::DataParallelEngine(const ModelConfig& config, Backend& backe
 }
 
 DataParallelEngine::~DataParallelEngine() {
-  executor_.wait_all();
+  // The queued tasks finish first. An exception among them is dropped: a destructor must not throw, and the error
+  // that ends the run (a collective that failed; later ones on an aborted communicator fail too) has already
+  // reached a waiter, which may be unwinding through this destructor now.
+  try {
+    executor_.wait_all();
+  } catch (...) {
+  }
   for (const std::vector<Event>* events : {&gradient_ready_, &weight_ready_})
     for (Event event : *events) device().destroy(event);
   for (const auto& [start, end] : gaps_) {

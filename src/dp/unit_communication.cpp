@@ -26,7 +26,13 @@ void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                              std::chrono::duration<double>(settings_.comm_timeout_s));
-  if (executor_.wait_until(ticket, deadline)) return;
+  try {
+    if (executor_.wait_until(ticket, deadline)) return;
+  } catch (const CommTimeout&) {
+    // The transport's own deadline (NCCL's) passed inside a task: the same line and exit as the watchdog's.
+    group_.abort(fmt::format("{} did not complete in {:g} s", executor_.failed(), settings_.comm_timeout_s));
+    throw;
+  }
   // The executor runs its tasks in order: the one running now is the one every rank is stuck behind.
   group_.abort(fmt::format("{} did not complete in {:g} s", executor_.running(), settings_.comm_timeout_s));
 }

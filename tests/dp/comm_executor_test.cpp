@@ -90,13 +90,16 @@ TEST(CommExecutor, ATaskExceptionIsRethrownByWaitAndLaterTasksAreDropped) {
   std::shared_future<void> queued = all_queued.get_future().share();
   std::atomic<int> ran_after{0};
   const auto ok = executor.submit([] {});
-  const auto failing = executor.submit([queued] {
-    queued.wait();  // the tasks behind it are queued by the time it throws
-    throw std::runtime_error("link down");
-  });
+  const auto failing = executor.submit(
+      [queued] {
+        queued.wait();  // the tasks behind it are queued by the time it throws
+        throw std::runtime_error("link down");
+      },
+      "all_reduce on unit blocks 2-3");
   CommExecutor::Ticket last = 0;
   for (int i = 0; i < 5; ++i) last = executor.submit([&] { ++ran_after; });
   executor.wait(ok);  // before the failure: no exception
+  EXPECT_EQ(executor.failed(), "");
   all_queued.set_value();
   try {
     executor.wait(failing);
@@ -104,6 +107,7 @@ TEST(CommExecutor, ATaskExceptionIsRethrownByWaitAndLaterTasksAreDropped) {
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "link down");
   }
+  EXPECT_EQ(executor.failed(), "all_reduce on unit blocks 2-3");  // named for the line that ends the job
   // The exception went to the first waiter; the dropped tasks count as finished and never ran.
   EXPECT_NO_THROW(executor.wait(last));
   EXPECT_EQ(ran_after.load(), 0);

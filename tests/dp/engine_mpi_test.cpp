@@ -16,11 +16,14 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "../kernels/cuda_on_cpu_backend.hpp"
 #include "dptrain/comm/algorithm.hpp"
+#include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/dp/engine.hpp"
 #include "dptrain/train/run_transport.hpp"
 
@@ -141,6 +144,45 @@ TEST_P(EngineRanks, EvaluationWithRanksWithoutWindowsGivesTheLossOfEveryWindowAt
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineRanks, ::testing::ValuesIn(test::backends_under_test()),
                          [](const auto& info) { return info.param; });
+
+// A transport that watches its own deadline (NCCL's) throws CommTimeout from inside the collective; the engine ends
+// the job with the watchdog's line, naming the task that timed out, and not with the transport's message.
+class TimingOutCollectives final : public Collectives {
+ public:
+  explicit TimingOutCollectives(Transport& transport) : Collectives(Algorithm::ring, transport) {}
+
+ protected:
+  std::optional<double> execute(CollectiveOp, void*, std::size_t, DType) override {
+    throw CommTimeout("NCCL: schedule did not complete in 60 s");
+  }
+};
+
+struct AbortCalled {};
+
+TEST(EngineTimeouts, ATransportsTimeoutEndsTheJobWithTheWatchdogsLineNamingTheUnit) {
+  MpiTransport transport;
+  TimingOutCollectives collectives(transport);
+  auto backend = make_backend("cpu");
+  RankGroup group = mpi_group();
+  std::string message;
+  group.abort = [&](const std::string& m) {
+    message = m;
+    throw AbortCalled{};
+  };
+  const ModelConfig config{.vocab = 23, .seq = 5, .layers = 2, .width = 12, .heads = 2};
+  DataParallelEngine engine(config, *backend, group, EngineSettings{.bucket_mb = 0, .comm_timeout_s = 60},
+                            kLocalWindows);
+  engine.set_collectives(&collectives);
+  EXPECT_THROW(
+      {
+        engine.initialise(5);
+        const auto windows = pool_windows(config, 0, kLocalWindows);
+        engine.step(windows.data(), kLocalWindows * std::size_t(world_size()),
+                    OptimizerSettings{.lr = 1e-2, .weight_decay = 0.1, .grad_clip = 1.0});
+      },
+      AbortCalled);
+  EXPECT_TRUE(std::regex_match(message, std::regex("[a-z_]+ on unit .+ did not complete in 60 s"))) << message;
+}
 
 }  // namespace
 }  // namespace dptrain

@@ -13,7 +13,7 @@
 // Every operation runs on `stream` after the work issued there before it, and returns when its data is final (the
 // Transport contract): the host waits for the stream then, polling NCCL's asynchronous error, and ends the
 // communicator (ncclCommAbort) and throws when NCCL reports an error or the operation has not finished within
-// timeout_s. Pointers are device pointers of the current GPU.
+// timeout_s (CommTimeout). Pointers are device pointers of the current GPU.
 #pragma once
 #include <mpi.h>
 
@@ -109,6 +109,8 @@ class NcclTransport final : public Transport, private StepStreams {
   void group_end();
   // The host waits for everything issued on the stream (see the class comment for errors and the deadline).
   void complete(std::string_view what);
+  // Aborts the communicator and throws Error("NCCL: <message>"): CommTimeout past the deadline, else runtime_error.
+  template <typename Error>
   [[noreturn]] void abort_and_throw(const std::string& message);
   void throw_if_aborted(std::string_view what) const;
   void make_current() const;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <stdexcept>
 
 #include "dptrain/comm/algorithm.hpp"
 #include "dptrain/comm/dtype.hpp"
@@ -22,6 +23,13 @@
 #include "dptrain/comm/scratch.hpp"
 
 namespace dptrain {
+
+// Thrown by a transport that watches its own operations (NcclTransport) when one did not complete by its deadline:
+// the communicator is aborted, and the job must end on every rank as for the engine's watchdog.
+class CommTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // An in-flight send or receive. Opaque: only the transport that issued it can interpret `id`.
 struct Request {

@@ -14,6 +14,8 @@ class UserError : public std::runtime_error {
 };
 
 inline constexpr int kExitBadInput = 2;
+// A collective that did not complete within --comm-timeout (a stopped or dead peer, a dead link).
+inline constexpr int kExitCommunication = 4;
 
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {

@@ -36,6 +36,8 @@ class CommExecutor {
   void wait_all() { wait(submitted_); }
   // The name of the task running now (the one every later task waits behind), or "" when idle.
   std::string running() const;
+  // The name of the last task that threw (its exception is the one wait() rethrows), or "" if none has.
+  std::string failed() const;
   // Runs a task on the executor and waits for it: MPI calls between collectives keep their place in the order.
   void run(std::function<void()> task) { wait(submit(std::move(task))); }
 
@@ -45,7 +47,7 @@ class CommExecutor {
   mutable std::mutex mutex_;
   std::condition_variable queued_, finished_;
   std::deque<std::pair<std::function<void()>, std::string>> tasks_;
-  std::string running_;
+  std::string running_, failed_;
   Ticket submitted_ = 0, completed_ = 0;
   std::exception_ptr error_;
   bool stopping_ = false;

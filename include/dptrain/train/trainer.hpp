@@ -8,6 +8,7 @@
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/compute/op_timing_backend.hpp"
 #include "dptrain/core/cpu_info.hpp"
+#include "dptrain/core/error.hpp"
 #include "dptrain/dp/engine.hpp"
 #include "dptrain/train/cpu_gemm_choice.hpp"
 #include "dptrain/train/data.hpp"
@@ -23,8 +24,6 @@
 namespace dptrain {
 
 inline constexpr int kExitNonFinite = 3;
-// A collective that did not complete within --comm-timeout (a stopped or dead peer, a dead link).
-inline constexpr int kExitCommunication = 4;
 
 class Trainer {
  public:

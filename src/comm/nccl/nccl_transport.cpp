@@ -80,8 +80,8 @@ void NcclTransport::connect(ncclComm*& into, bool blocking) {
   if (rank_ == 0) hello.result = int(ncclGetUniqueId(&hello.id));
   MPI_Bcast(&hello, sizeof(hello), MPI_BYTE, 0, mpi_comm_);
   if (hello.result != ncclSuccess)
-    throw std::runtime_error(fmt::format("rank {}: NCCL: ncclGetUniqueId failed on rank 0: {}", rank_,
-                                         ncclGetErrorString(ncclResult_t(hello.result))));
+    throw std::runtime_error(
+        fmt::format("NCCL: ncclGetUniqueId failed on rank 0: {}", ncclGetErrorString(ncclResult_t(hello.result))));
   const ncclUniqueId& id = hello.id;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = blocking ? 1 : 0;
@@ -125,17 +125,18 @@ int NcclTransport::locked(std::string_view name, const std::function<int()>& cal
   return call();
 }
 
+template <typename Error>
 [[noreturn]] void NcclTransport::abort_and_throw(const std::string& message) {
   // An abort inside an open group would only be queued until the group ends (ncclCommAbort is a group operation
   // itself): close the group first, whatever it returns.
   if (std::exchange(in_group_, false)) ncclGroupEnd();
   abort();
-  throw std::runtime_error(fmt::format("rank {}: NCCL: {}", rank_, message));
+  throw Error(fmt::format("NCCL: {}", message));
 }
 
 // Another thread (a watchdog) aborted the communicator: nothing may touch it any more.
 void NcclTransport::throw_if_aborted(std::string_view what) const {
-  if (aborted_) throw std::runtime_error(fmt::format("rank {}: NCCL: {} ended by an abort", rank_, what));
+  if (aborted_) throw std::runtime_error(fmt::format("NCCL: {} ended by an abort", what));
 }
 
 void NcclTransport::settle(std::string_view name, const std::function<int()>& call) {
@@ -145,7 +146,7 @@ void NcclTransport::settle(std::string_view name, const std::function<int()>& ca
   auto state = static_cast<ncclResult_t>(locked(name, call));
   while (state == ncclInProgress) {
     if (clock::now() > deadline)
-      abort_and_throw(fmt::format("{} did not settle in {:g} s", name, settings_.timeout_s));
+      abort_and_throw<CommTimeout>(fmt::format("{} did not settle in {:g} s", name, settings_.timeout_s));
     std::this_thread::yield();
     state = static_cast<ncclResult_t>(locked(name, [&] {
       ncclResult_t now = ncclInProgress;
@@ -159,7 +160,7 @@ void NcclTransport::settle(std::string_view name, const std::function<int()>& ca
         detail = ncclGetLastError(comm_);
         return 0;
       });
-    abort_and_throw(fmt::format("{} failed: {} ({})", name, ncclGetErrorString(state), detail));
+    abort_and_throw<std::runtime_error>(fmt::format("{} failed: {} ({})", name, ncclGetErrorString(state), detail));
   }
 }
 
@@ -186,10 +187,10 @@ void NcclTransport::complete(std::string_view what) {
         error = fmt::format("{} ({})", ncclGetErrorString(state), ncclGetLastError(comm_));
       return 0;
     });
-    if (!error.empty()) abort_and_throw(fmt::format("{} failed: {}", what, error));
+    if (!error.empty()) abort_and_throw<std::runtime_error>(fmt::format("{} failed: {}", what, error));
     const auto elapsed = clock::now() - start;
     if (elapsed > std::chrono::duration<double>(settings_.timeout_s))
-      abort_and_throw(fmt::format("{} did not complete in {:g} s", what, settings_.timeout_s));
+      abort_and_throw<CommTimeout>(fmt::format("{} did not complete in {:g} s", what, settings_.timeout_s));
     // Poll without sleeping at first: a sleep lasts at least the thread's timer slack (50 µs by default), which
     // would end a short collective that much later on the host (and leave the stream idle until the next one).
     // Then back off: the compute thread needs the core.

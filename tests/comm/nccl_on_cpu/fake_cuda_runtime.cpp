@@ -1,4 +1,5 @@
-// The part of the CUDA runtime the NCCL transport calls, on the CPU (fake_nccl.hpp says why). A stream is a thread
+// The part of the CUDA runtime the NCCL transport and dpbench --device cuda call, on the CPU (fake_nccl.hpp says
+// why). A stream is a thread
 // that runs its queue in order; before each item it pauses a random while (most often a yield, sometimes up to
 // 40 µs), so that work queued on two streams interleaves differently from run to run and an item that is not
 // ordered after the one whose data it reads finds that data unfinished. Events count their records: an event is
@@ -7,11 +8,15 @@
 // joined): items still queued may refer to them.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -67,6 +72,11 @@ void run_stream(CUstream_st* stream, unsigned seed) {
 std::mutex streams_mutex;
 std::vector<CUstream_st*> streams;  // every stream not destroyed
 
+constexpr std::size_t kDeviceBytes = std::size_t{16} << 30;
+std::atomic<std::size_t> allocated_bytes{0};
+std::mutex allocations_mutex;
+std::map<void*, std::size_t> allocations;
+
 unsigned next_seed() {
   static std::atomic<unsigned> streams{0};
   return 1000003u * static_cast<unsigned>(fake_nccl::world_rank()) + streams++;
@@ -84,12 +94,14 @@ void enqueue(cudaStream_t stream, std::function<void()> item) {
   stream->changed.notify_all();
 }
 
+void drain(cudaStream_t stream) {
+  std::unique_lock lock(stream->mutex);
+  stream->changed.wait(lock, [&] { return stream->queue.empty() && !stream->running; });
+}
+
 void drain_all() {
   const std::lock_guard registry(streams_mutex);
-  for (CUstream_st* stream : streams) {
-    std::unique_lock lock(stream->mutex);
-    stream->changed.wait(lock, [&] { return stream->queue.empty() && !stream->running; });
-  }
+  for (CUstream_st* stream : streams) drain(stream);
 }
 
 }  // namespace fake_cuda
@@ -97,6 +109,77 @@ void drain_all() {
 extern "C" {
 
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+
+// One device of kDeviceBytes; memory is the host's, counted against it.
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int) {
+  *properties = cudaDeviceProp{};
+  std::strcpy(properties->name, "fake GPU on the CPU");
+  properties->totalGlobalMem = kDeviceBytes;
+  properties->multiProcessorCount = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  *total = kDeviceBytes;
+  *free = kDeviceBytes - std::min<std::size_t>(kDeviceBytes, allocated_bytes.load());
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** data, size_t bytes) {
+  if (allocated_bytes + bytes > kDeviceBytes) return cudaErrorMemoryAllocation;
+  *data = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  if (*data == nullptr) return cudaErrorMemoryAllocation;
+  const std::lock_guard lock(allocations_mutex);
+  allocations[*data] = bytes;
+  allocated_bytes += bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* data) {
+  if (data == nullptr) return cudaSuccess;
+  {
+    const std::lock_guard lock(allocations_mutex);
+    allocated_bytes -= allocations.at(data);
+    allocations.erase(data);
+  }
+  std::free(data);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** data, size_t bytes) {
+  *data = std::malloc(bytes);
+  return *data != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void* data) {
+  std::free(data);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t stream) {
+  fake_cuda::enqueue(stream, [=] { std::memcpy(dst, src, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
+  fake_cuda::enqueue(stream, [=] { std::memset(dst, value, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  fake_cuda::drain(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  fake_cuda::drain_all();
+  return cudaSuccess;
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   auto* s = new CUstream_st;
@@ -161,6 +244,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     std::unique_lock lock(event->mutex);
     event->changed.wait(lock, [&] { return event->completed >= generation; });
   });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  std::unique_lock lock(event->mutex);
+  const unsigned long generation = event->recorded;
+  event->changed.wait(lock, [&] { return event->completed >= generation; });
   return cudaSuccess;
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -43,6 +44,16 @@ std::atomic<double> group_end_hold_s{0};
 std::atomic<int> abort_count{0};
 std::atomic<int> forbidden_calls{0};
 std::atomic<int> holding{0};  // threads inside a held ncclGroupEnd
+std::atomic<long> groups_issued{0};
+
+// FAKE_NCCL_STALL_GROUP=N: the N-th group this process issues stalls (for programs run whole, such as dpbench).
+long stalled_group() {
+  static const long n = [] {
+    const char* text = std::getenv("FAKE_NCCL_STALL_GROUP");
+    return text != nullptr ? std::atol(text) : 0L;
+  }();
+  return n;
+}
 
 std::size_t type_size(ncclDataType_t type) {
   switch (type) {
@@ -278,7 +289,7 @@ ncclResult_t ncclGroupEnd() {
     std::this_thread::sleep_for(std::chrono::duration<double>(group_end_hold_s.load()));
     --holding;
   }
-  const bool stall = stall_next.exchange(false);
+  const bool stall = stall_next.exchange(false) || ++groups_issued == stalled_group();
   auto launch = [stream, calls = std::move(calls), comm, stall] {
     fake_cuda::enqueue(stream, [calls, comm, stall] {
       if (stall) wait_for_abort(comm);

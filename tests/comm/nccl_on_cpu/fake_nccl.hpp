@@ -1,16 +1,17 @@
-// NCCL and the CUDA runtime on the CPU, for testing the NCCL transport's host code where there is no GPU. The test
-// executable defines the NCCL and CUDA runtime functions src/comm/nccl/ calls (fake_nccl.cpp,
-// fake_cuda_runtime.cpp) and the transport's reduce-add launch; the linker takes these before the real libraries,
-// so NcclTransport runs unchanged over them:
-//   - "device" pointers are host pointers; a stream is a thread that runs its queue in order after random pauses;
+// NCCL and the CUDA runtime on the CPU, for testing the NCCL transport's host code and dpbench --device cuda where
+// there is no GPU. The test executables define the NCCL and CUDA runtime functions that src/comm/nccl/, the cuda
+// device and dpbench call (fake_nccl.cpp, fake_cuda_runtime.cpp) and the transport's reduce-add launch; the linker
+// takes these before the real libraries, so NcclTransport and dpbench run unchanged over them:
+//   - one device, whose memory is the host's; a stream is a thread that runs its queue in order after random pauses;
 //   - a group's sends and receives (matched by peer and order, as NCCL's) and NCCL's collectives run on the stream
 //     as MPI calls on a duplicate of MPI_COMM_WORLD; the BF16 sums of the collectives add in fp32 and round once;
 //   - a non-blocking communicator answers ncclInProgress to its set-up, each ncclGroupEnd and its finalize, then
 //     "in progress" to the next polls of ncclCommGetAsyncError, and queues a group's work on its stream only at
 //     the last of them, as NCCL's launch thread would (work the caller queued on the stream before the group
 //     settled runs first); a call on it while in progress, which NCCL forbids, is counted;
-//   - faults on demand: a group that stalls until the communicator is aborted, an asynchronous error, and a
-//     blocking ncclGroupEnd that holds the calling thread (a connection waiting on a peer).
+//   - faults on demand: a group that stalls until the communicator is aborted (also the N-th group of the process
+//     with FAKE_NCCL_STALL_GROUP=N), an asynchronous error, and a blocking ncclGroupEnd that holds the calling
+//     thread (a connection waiting on a peer).
 #pragma once
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -21,7 +22,9 @@ namespace fake_cuda {
 
 // Queues `item` on the stream, behind everything queued there before.
 void enqueue(cudaStream_t stream, std::function<void()> item);
-// Waits until every stream has run everything queued on it (after an aborted operation, before its buffers go).
+// Waits until the stream, or every stream, has run everything queued on it (after an aborted operation, before its
+// buffers go).
+void drain(cudaStream_t stream);
 void drain_all();
 
 }  // namespace fake_cuda
