@@ -16,8 +16,9 @@ for mode in non-blocking blocking; do
   flag=()
   [ "$mode" = blocking ] && flag=(--nccl-blocking)
   timeout 100 "$mpiexec" -n 3 --oversubscribe "$dpbench" --device cuda --op all --algo all -b 1K -e 256K -f 16 \
-    -n 2 -w 1 -c 1 "${flag[@]}" --json "$out/$mode.json" > "$out/$mode.txt" 2>&1 ||
-    { cat "$out/$mode.txt"; fail "$mode: dpbench exited $?"; }
+    -n 2 -w 1 -c 1 "${flag[@]}" --json "$out/$mode.json" > "$out/$mode.txt" 2>&1
+  status=$?
+  [ "$status" = 0 ] || { cat "$out/$mode.txt"; fail "$mode: dpbench exited $status"; }
   grep -qF "transport NCCL " "$out/$mode.txt" && grep -qF ", $mode, NCCL_ALGO" "$out/$mode.txt" ||
     { cat "$out/$mode.txt"; fail "$mode: the header does not name the transport and its mode"; }
   # 3 ops × 3 algorithms × 2 sizes (1 KiB, 16 KiB, 256 KiB for all-reduce; counts rounded up to a multiple of 3).

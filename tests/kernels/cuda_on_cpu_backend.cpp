@@ -1,11 +1,13 @@
 // The BF16 backend on the CPU harness and a BLAS replay of its GEMM plans.
-#include "cuda_on_cpu.hpp"
-
 #include <cblas.h>
 
 #include <algorithm>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "cuda_on_cpu.hpp"
 #include "dptrain/core/bf16.hpp"
 
 // A build with CUDA links the same kernels, compiled by nvcc, into the compute library: here they are compiled for
@@ -29,8 +31,9 @@ namespace {
 struct HarnessLauncher {
   template <typename Kernel, typename... Args>
   void operator()(const char* /*operation*/, const kernels::Launch& l, Kernel kernel, Args... args) const {
-    cuda_on_cpu::launch(kernel, l, args...);
+    enqueue([=] { cuda_on_cpu::launch(kernel, l, args...); });
   }
+  Enqueue enqueue;
 };
 
 // The elements of a column-major rows×cols matrix with leading dimension ld span ld·(cols − 1) + rows.
@@ -52,11 +55,22 @@ std::vector<float> widen(const void* data, std::size_t n, DType dtype) {
 // in D's type — one rounding where D is BF16, as cuBLASLt's fp32-compute GEMM stores it.
 class BlasGemm final : public GemmRunner {
  public:
+  explicit BlasGemm(Enqueue enqueue) : enqueue_(std::move(enqueue)) {}
+
   void run(const GemmPlan& p, std::initializer_list<GemmTensor> tensors, DType d_type, const void* bias) override {
     check_gemm_bias(p, bias);  // as cuBLASLt would need it
-    const auto* A = static_cast<const bf16*>(gemm_tensor(tensors, p.a));
-    const auto* B = static_cast<const bf16*>(gemm_tensor(tensors, p.b));
-    auto* D = static_cast<std::byte*>(const_cast<void*>(gemm_tensor(tensors, p.c)));
+    const void* a = gemm_tensor(tensors, p.a);
+    const void* b = gemm_tensor(tensors, p.b);
+    void* d = const_cast<void*>(gemm_tensor(tensors, p.c));
+    enqueue_([=] { replay(p, a, b, d, d_type, bias); });
+  }
+
+ private:
+  static void replay(const GemmPlan& p, const void* a_data, const void* b_data, void* d_data, DType d_type,
+                     const void* bias) {
+    const auto* A = static_cast<const bf16*>(a_data);
+    const auto* B = static_cast<const bf16*>(b_data);
+    auto* D = static_cast<std::byte*>(d_data);
     const bool ta = p.transa == GemmOp::T, tb = p.transb == GemmOp::T;
     const std::size_t a_span = span(ta ? p.k : p.m, ta ? p.m : p.k, p.lda);
     const std::size_t b_span = span(tb ? p.n : p.k, tb ? p.k : p.n, p.ldb), d_span = span(p.m, p.n, p.ldc);
@@ -81,14 +95,21 @@ class BlasGemm final : public GemmRunner {
       }
     }
   }
+
+  Enqueue enqueue_;
 };
 
 }  // namespace
 
+std::unique_ptr<Backend> make_harness_backend(const std::string& name, std::unique_ptr<Device> device,
+                                              const Enqueue& enqueue) {
+  return make_bf16_backend(name, std::move(device),
+                           std::make_unique<KernelCalls<HarnessLauncher>>(HarnessLauncher{enqueue}),
+                           std::make_unique<BlasGemm>(enqueue));
+}
+
 std::unique_ptr<Backend> make_cuda_on_cpu_backend() {
-  return make_bf16_backend(kCudaOnCpu, make_cpu_device(),
-                           std::make_unique<KernelCalls<HarnessLauncher>>(HarnessLauncher{}),
-                           std::make_unique<BlasGemm>());
+  return make_harness_backend(kCudaOnCpu, make_cpu_device(), [](const std::function<void()>& work) { work(); });
 }
 
 }  // namespace dptrain::test

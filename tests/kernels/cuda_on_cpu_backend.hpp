@@ -3,6 +3,7 @@
 // cblas_sgemm on the BF16 operands (rounding D once, as cuBLASLt does). Everything of the cuda backend but the CUDA
 // runtime and cuBLASLt themselves runs in CI this way, against the cpu backend.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,14 @@ namespace dptrain::test {
 
 inline constexpr const char* kCudaOnCpu = "cuda_kernels_on_cpu";
 std::unique_ptr<Backend> make_cuda_on_cpu_backend();
+
+// Runs `work` where the backend's kernels run: at once, or queued on a stream.
+using Enqueue = std::function<void(std::function<void()>)>;
+// The same BF16 backend named `name` over another device, each kernel launch and GEMM replay handed to `enqueue`
+// (the fake CUDA runtime's compute stream, tests/comm/nccl_on_cpu/: kernels then run in stream order, after the
+// copies and events queued before them).
+std::unique_ptr<Backend> make_harness_backend(const std::string& name, std::unique_ptr<Device> device,
+                                              const Enqueue& enqueue);
 
 // The backends the suites run on: every backend of the factory, the cpu backend over oneDNN where built with it,
 // and the cuda backend's code on the CPU, which runs wherever the tests do. A backend of the build that cannot run

@@ -1,5 +1,5 @@
-// NCCL and the CUDA runtime on the CPU, for testing the NCCL transport's host code and dpbench --device cuda where
-// there is no GPU. The test executables define the NCCL and CUDA runtime functions that src/comm/nccl/, the cuda
+// NCCL and the CUDA runtime on the CPU, for testing the NCCL transport's host code, dpbench --device cuda and
+// dptrain --device cuda (cuda_backend_on_fake_runtime.cpp) where there is no GPU. The test executables define the NCCL and CUDA runtime functions that src/comm/nccl/, the cuda
 // device and dpbench call (fake_nccl.cpp, fake_cuda_runtime.cpp) and the transport's reduce-add launch; the linker
 // takes these before the real libraries, so NcclTransport and dpbench run unchanged over them:
 //   - one device, whose memory is the host's; a stream is a thread that runs its queue in order after random pauses;
