@@ -5,7 +5,8 @@
 # runs agree as scripts/gpu-check-multi.sh asks of a GPU: W = 2 and W = 3 against W = 1 and tree and native against
 # ring within 1e-2 relative (BF16 activations: a different order of fp32 additions may flip a rounding), ZeRO 1-3
 # against 0 within 1e-5 (the same sums in other buffers), no overlap and a blocking communicator against the default
-# to 1e-12 (the same computation). A group stalled on every rank ends the job within --comm-timeout with the
+# to 1e-12 (the same computation); a checkpoint resumes bit for bit, and at another world size and stage within 1e-2.
+# A group stalled on every rank ends the job within --comm-timeout with the
 # watchdog's line naming the unit and exit 4.
 # Usage: dptrain_on_fake_cuda_test.sh DPTRAIN_ON_FAKE_CUDA MPIEXEC
 set -uo pipefail
@@ -35,6 +36,12 @@ run w2-native 2 --allreduce native
 for z in 1 2 3; do run "w2-zero$z" 2 --zero "$z"; done
 run w2-no-overlap 2 --overlap off
 run w2-blocking 2 --nccl-blocking
+# Checkpoints through the device: saved at steps 2 and 4 under ZeRO-2; pointed back at step 2, --resume takes steps
+# 3 and 4 again bit for bit, and at W = 3 under ZeRO-3 (resharded) within 1e-2.
+run w2-saved 2 --zero 2 --steps 4 --save-every 2 --save "$out/ck"
+printf 'step-000002\n' > "$out/ck/latest"
+run w2-resumed 2 --zero 2 --steps 4 --resume "$out/ck"
+run w3-resumed 3 --zero 3 --steps 4 --resume "$out/ck"
 grep -qF "over NCCL " "$out/w2.txt" && grep -qF "non-blocking" "$out/w2.txt" ||
   { cat "$out/w2.txt"; fail "w2: the start-up line does not name the NCCL transport"; }
 
@@ -52,6 +59,13 @@ for run, reference, bound in [("w2", "w1", 1e-2), ("w3-zero3", "w1", 1e-2), ("w2
     ok = worst is not None and worst <= bound
     failed |= not ok
     print(f"{run:14} against {reference:3}: {worst} (bound {bound}) {'ok' if ok else 'FAIL'}")
+saved = losses("w2-saved")[2:]
+for run, bound in [("w2-resumed", 0.0), ("w3-resumed", 1e-2)]:
+    resumed = losses(run)
+    worst = max(abs(x - y) / abs(y) for x, y in zip(resumed, saved)) if len(resumed) == len(saved) == 2 else None
+    ok = worst is not None and worst <= bound
+    failed |= not ok
+    print(f"{run:14} against w2-saved steps 3-4: {worst} (bound {bound}) {'ok' if ok else 'FAIL'}")
 sys.exit(1 if failed else 0)
 PY
 
