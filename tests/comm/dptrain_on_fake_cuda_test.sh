@@ -5,7 +5,8 @@
 # runs agree as scripts/gpu-check-multi.sh asks of a GPU: W = 2 and W = 3 against W = 1 and tree and native against
 # ring within 1e-2 relative (BF16 activations: a different order of fp32 additions may flip a rounding), ZeRO 1-3
 # against 0 within 1e-5 (the same sums in other buffers), no overlap and a blocking communicator against the default
-# to 1e-12 (the same computation); a checkpoint resumes bit for bit, and at another world size and stage within 1e-2.
+# to 1e-12 (the same computation); a checkpoint resumes bit for bit, and at another world size and stage within 1e-2;
+# the steps after the first allocate no memory.
 # A group stalled on every rank ends the job within --comm-timeout with the
 # watchdog's line naming the unit and exit 4.
 # Usage: dptrain_on_fake_cuda_test.sh DPTRAIN_ON_FAKE_CUDA MPIEXEC
@@ -42,6 +43,15 @@ run w2-saved 2 --zero 2 --steps 4 --save-every 2 --save "$out/ck"
 printf 'step-000002\n' > "$out/ck/latest"
 run w2-resumed 2 --zero 2 --steps 4 --resume "$out/ck"
 run w3-resumed 3 --zero 3 --steps 4 --resume "$out/ck"
+# No allocation in the step: runs of 2 and 6 steps (ZeRO-3 with overlap: staging buffers for gathered weights and
+# gradients, units in flight) make as many cudaMalloc and cudaMallocHost calls on every rank.
+for steps in 2 6; do
+  FAKE_CUDA_ALLOCATIONS="$out/allocations-$steps" run "allocations-$steps" 2 --zero 3 --overlap on --steps "$steps"
+done
+for r in 0 1; do
+  [ "$(cat "$out/allocations-2.$r")" = "$(cat "$out/allocations-6.$r")" ] ||
+    fail "rank $r: $(cat "$out/allocations-2.$r") allocations in 2 steps, $(cat "$out/allocations-6.$r") in 6"
+done
 grep -qF "over NCCL " "$out/w2.txt" && grep -qF "non-blocking" "$out/w2.txt" ||
   { cat "$out/w2.txt"; fail "w2: the start-up line does not name the NCCL transport"; }
 

@@ -15,10 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -73,6 +75,18 @@ std::mutex streams_mutex;
 std::vector<CUstream_st*> streams;  // every stream not destroyed
 
 constexpr std::size_t kDeviceBytes = std::size_t{16} << 30;
+std::atomic<long> allocations_made{0};  // cudaMalloc and cudaMallocHost calls
+
+// FAKE_CUDA_ALLOCATIONS=PATH: at exit, the process writes how many allocations it made to PATH.<rank> (a test
+// compares runs of different lengths: the steps after the first allocate nothing).
+struct AllocationReport {
+  ~AllocationReport() {
+    const char* path = std::getenv("FAKE_CUDA_ALLOCATIONS");
+    if (path == nullptr) return;
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    std::ofstream(std::string(path) + "." + (rank != nullptr ? rank : "0")) << allocations_made.load() << "\n";
+  }
+} allocation_report;
 std::atomic<std::size_t> allocated_bytes{0};
 std::mutex allocations_mutex;
 std::map<void*, std::size_t> allocations;
@@ -132,6 +146,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 
 cudaError_t cudaMalloc(void** data, size_t bytes) {
   if (allocated_bytes + bytes > kDeviceBytes) return cudaErrorMemoryAllocation;
+  ++allocations_made;
   *data = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   if (*data == nullptr) return cudaErrorMemoryAllocation;
   const std::lock_guard lock(allocations_mutex);
@@ -152,6 +167,7 @@ cudaError_t cudaFree(void* data) {
 }
 
 cudaError_t cudaMallocHost(void** data, size_t bytes) {
+  ++allocations_made;
   *data = std::malloc(bytes);
   return *data != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
