@@ -6,7 +6,7 @@
 # ring within 1e-2 relative (BF16 activations: a different order of fp32 additions may flip a rounding), ZeRO 1-3
 # against 0 within 1e-5 (the same sums in other buffers), no overlap and a blocking communicator against the default
 # to 1e-12 (the same computation); a checkpoint resumes bit for bit, and at another world size and stage within 1e-2;
-# the steps after the first allocate no memory.
+# the steps after the first allocate no memory; --overlap auto, --check-every and --trace work there.
 # A group stalled on every rank ends the job within --comm-timeout with the
 # watchdog's line naming the unit and exit 4.
 # Usage: dptrain_on_fake_cuda_test.sh DPTRAIN_ON_FAKE_CUDA MPIEXEC
@@ -52,6 +52,15 @@ for r in 0 1; do
   [ "$(cat "$out/allocations-2.$r")" = "$(cat "$out/allocations-6.$r")" ] ||
     fail "rank $r: $(cat "$out/allocations-2.$r") allocations in 2 steps, $(cat "$out/allocations-6.$r") in 6"
 done
+# --overlap auto (both settings timed on steps 2-7), a weight-hash comparison every step and a trace of both ranks.
+run w2-auto-trace 2 --overlap auto --steps 8 --check-every 1 --trace "$out/trace.json"
+python3 - "$out/trace.json" <<'PY' || fail "the trace lacks a rank's compute or communication events"
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events["traceEvents"] if isinstance(events, dict) else events
+tracks = {(e["pid"], e.get("cat")) for e in events if e.get("ph") == "X"}
+sys.exit(0 if tracks >= {(r, c) for r in (0, 1) for c in ("compute", "communication")} else 1)
+PY
 grep -qF "over NCCL " "$out/w2.txt" && grep -qF "non-blocking" "$out/w2.txt" ||
   { cat "$out/w2.txt"; fail "w2: the start-up line does not name the NCCL transport"; }
 
