@@ -706,14 +706,11 @@ int main(int argc, char** argv) {
                  dptrain::format_binary_bytes(dptrain::available_memory_bytes()).c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, dptrain::kExitBadInput);
-  } catch (const dptrain::CommTimeout& e) {  // the transport's deadline: the exit of dptrain's --comm-timeout
-    std::fprintf(stderr, "dpbench: rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, dptrain::kExitCommunication);
   } catch (const std::exception& e) {  // a failure on some ranks only: end the whole job rather than hang
     std::fprintf(stderr, "dpbench: rank %d: %s\n", rank, e.what());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    // The transport's deadline ends the job with the exit of dptrain's --comm-timeout.
+    MPI_Abort(MPI_COMM_WORLD, dynamic_cast<const dptrain::CommTimeout*>(&e) ? dptrain::kExitCommunication : 1);
   }
   MPI_Finalize();
   return code;

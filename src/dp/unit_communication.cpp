@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <utility>
 
 #include "dptrain/core/error.hpp"
@@ -26,15 +27,14 @@ void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                              std::chrono::duration<double>(settings_.comm_timeout_s));
+  std::string stuck;  // the task every rank is stuck behind
   try {
     if (executor_.wait_until(ticket, deadline)) return;
+    stuck = executor_.running();  // the executor runs its tasks in order: the one running now
   } catch (const CommTimeout&) {
-    // The transport's own deadline (NCCL's) passed inside a task: the same line and exit as the watchdog's.
-    group_.abort(fmt::format("{} did not complete in {:g} s", executor_.failed(), settings_.comm_timeout_s));
-    throw;
+    stuck = executor_.failed();  // the transport's own deadline (NCCL's) passed inside that task
   }
-  // The executor runs its tasks in order: the one running now is the one every rank is stuck behind.
-  group_.abort(fmt::format("{} did not complete in {:g} s", executor_.running(), settings_.comm_timeout_s));
+  group_.abort(fmt::format("{} did not complete in {:g} s", stuck, settings_.comm_timeout_s));
 }
 
 void DataParallelEngine::run_on_comm_executor(std::function<void()> task, const char* what) {

@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -114,6 +115,7 @@ class NcclTransport final : public Transport, private StepStreams {
   [[noreturn]] void abort_and_throw(const std::string& message);
   void throw_if_aborted(std::string_view what) const;
   void make_current() const;
+  std::chrono::steady_clock::duration timeout() const;  // settings_.timeout_s
   void begin();  // the start of an operation: the GPU made current, the start recorded
 
   struct Queued {

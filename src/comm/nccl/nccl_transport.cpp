@@ -49,10 +49,10 @@ NcclTransport::~NcclTransport() {
   if (comm_ != nullptr && !aborted_) {  // every operation completed before it returned; the stream may be gone
     // Finalizing may need the peers; one that died must not keep this rank from exiting: after the deadline the
     // communicator is aborted instead.
-    using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::chrono::duration<double>(settings_.timeout_s);
+    const auto deadline = std::chrono::steady_clock::now() + timeout();
     ncclResult_t state = ncclCommFinalize(comm_);
-    while (state == ncclInProgress && clock::now() < deadline && ncclCommGetAsyncError(comm_, &state) == ncclSuccess)
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline &&
+           ncclCommGetAsyncError(comm_, &state) == ncclSuccess)
       std::this_thread::yield();
     if (state == ncclSuccess)
       ncclCommDestroy(comm_);
@@ -103,6 +103,11 @@ std::string NcclTransport::name() const {
   return fmt::format("NCCL {}, {}", version(), settings_.blocking ? "blocking" : "non-blocking");
 }
 
+std::chrono::steady_clock::duration NcclTransport::timeout() const {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(settings_.timeout_s));
+}
+
 void NcclTransport::make_current() const { DP_CUDA(cudaSetDevice(device_)); }
 
 void NcclTransport::begin() {
@@ -141,8 +146,7 @@ void NcclTransport::throw_if_aborted(std::string_view what) const {
 
 void NcclTransport::settle(std::string_view name, const std::function<int()>& call) {
   using clock = std::chrono::steady_clock;
-  const auto deadline =
-      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(settings_.timeout_s));
+  const auto deadline = clock::now() + timeout();
   auto state = static_cast<ncclResult_t>(locked(name, call));
   while (state == ncclInProgress) {
     if (clock::now() > deadline)
@@ -189,7 +193,7 @@ void NcclTransport::complete(std::string_view what) {
     });
     if (!error.empty()) abort_and_throw<std::runtime_error>(fmt::format("{} failed: {}", what, error));
     const auto elapsed = clock::now() - start;
-    if (elapsed > std::chrono::duration<double>(settings_.timeout_s))
+    if (elapsed > timeout())
       abort_and_throw<CommTimeout>(fmt::format("{} did not complete in {:g} s", what, settings_.timeout_s));
     // Poll without sleeping at first: a sleep lasts at least the thread's timer slack (50 µs by default), which
     // would end a short collective that much later on the host (and leave the stream idle until the next one).
