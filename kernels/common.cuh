@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -45,6 +46,17 @@ __host__ __device__ __forceinline__ bf16 to_bf16_rne(float f) {
   std::memcpy(&u, &f, sizeof u);
   if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return bf16{std::uint16_t((u >> 16) | 0x0040u)};
   return bf16{std::uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+// fp32 as T: BF16 rounded by to_bf16_rne, fp32 as it is.
+template <typename T>
+__host__ __device__ __forceinline__ T from_f32(float x) {
+  static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, float>);
+  if constexpr (std::is_same_v<T, bf16>) {
+    return to_bf16_rne(x);
+  } else {
+    return x;
+  }
 }
 
 // Σ over the 32 lanes of a warp, every lane getting the same bits (a butterfly: the same additions in the same

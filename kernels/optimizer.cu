@@ -1,4 +1,5 @@
-// AdamW over one tensor or a slice of one, one thread per parameter (grid-stride): the cpu backend's expression
+// AdamW over one tensor or a slice of one, kVector parameters per thread and step (vectorized.cuh: 16-byte accesses
+// where every pointer is aligned, grid-stride): the cpu backend's expression
 // evaluated in the same order in fp32. nvcc contracts a·b + c into fused multiply-adds (--fmad=true, its default)
 // and g++ with -march=x86-64-v3 may too, differently: m, v and master then differ from the cpu backend's in their
 // last bits (one rounding fewer per contracted pair), never in the arithmetic. sqrtf and the divisions are IEEE
@@ -11,18 +12,24 @@ namespace {
 template <typename G>
 __device__ __forceinline__ void adamw(float* master, float* m, float* v, bf16* weights, const G* grad, std::size_t n,
                                       const AdamWScalars& s) {
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const float g = s.grad_scale * to_f32(grad[i]);
-    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
-    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float m_hat = mi / s.correction1, v_hat = vi / s.correction2;
-    const float p = master[i] - s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + s.weight_decay * master[i]);
-    master[i] = p;
-    weights[i] = to_bf16_rne(p);
-  }
+  for_each_element(n, aligned16(master, m, v, weights, grad), [=](auto width, std::size_t i) {
+    constexpr unsigned W = decltype(width)::value;
+    const Lanes<G, W> g_in = load_lanes<W>(grad + i);
+    Lanes<float, W> p = load_lanes<W>(master + i), mi = load_lanes<W>(m + i), vi = load_lanes<W>(v + i);
+    Lanes<bf16, W> w;
+    for (unsigned k = 0; k < W; ++k) {
+      const float g = s.grad_scale * to_f32(g_in.at[k]);
+      mi.at[k] = s.beta1 * mi.at[k] + (1.0f - s.beta1) * g;
+      vi.at[k] = s.beta2 * vi.at[k] + (1.0f - s.beta2) * g * g;
+      const float m_hat = mi.at[k] / s.correction1, v_hat = vi.at[k] / s.correction2;
+      p.at[k] = p.at[k] - s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + s.weight_decay * p.at[k]);
+      w.at[k] = to_bf16_rne(p.at[k]);
+    }
+    store_lanes<W>(m + i, mi);
+    store_lanes<W>(v + i, vi);
+    store_lanes<W>(master + i, p);
+    store_lanes<W>(weights + i, w);
+  });
 }
 
 }  // namespace

@@ -27,6 +27,6 @@ __global__ void adamw_f32_grad(float* master, float* m, float* v, bf16* weights,
                                AdamWScalars s);
 __global__ void adamw_bf16_grad(float* master, float* m, float* v, bf16* weights, const bf16* grad, std::size_t n,
                                 AdamWScalars s);
-inline Launch adamw_launch(std::size_t n) { return elementwise_launch(n); }
+inline Launch adamw_launch(std::size_t n) { return vectorized_launch(n); }
 
 }  // namespace dptrain::kernels

@@ -7,7 +7,8 @@
 // blockDim, gridDim, static __shared__ arrays (one block runs at a time, so a static variable is the block's shared
 // memory), one dynamic shared buffer per block (DPTRAIN_DYNAMIC_SHARED in kernels/common.cuh, sized by the
 // launch), __syncthreads reached by every thread, full-mask __shfl_xor_sync/__shfl_down_sync within warps of 32
-// (blockDim.x a multiple of 32), and launch<<<>>> through `launch(kernel, grid, block, args...)`.
+// (blockDim.x a multiple of 32), 16-byte accesses through kernels/vectorized.cuh (their alignment checked), and
+// launch<<<>>> through `launch(kernel, grid, block, args...)`.
 // Not allowed: warp-synchronous code without a shuffle, inline PTX, tensor cores, spinning on other blocks' flags.
 #pragma once
 #ifdef __CUDACC__
@@ -17,9 +18,11 @@
 
 #include <ucontext.h>
 
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -133,6 +136,16 @@ T* dynamic_shared() {
   return reinterpret_cast<T*>(self.block->shared.data());
 }
 
+// 16-byte accesses (kernels/vectorized.cuh): each reports its address here. One at an address not a multiple of 16,
+// which a GPU faults on (cudaErrorMisalignedAddress), fails the launch it is in once the kernel has run; the count
+// tells a test that a kernel took its vectorised path.
+inline std::atomic<std::size_t> vector_accesses{0};
+inline std::atomic<bool> misaligned_access{false};
+inline void vector_access(const void* p) {
+  vector_accesses.fetch_add(1, std::memory_order_relaxed);
+  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) misaligned_access.store(true, std::memory_order_relaxed);
+}
+
 // What a GPU of compute capability 9.0 refuses at launch (cudaErrorInvalidConfiguration), empty where it would
 // launch: no block or thread at all, more than 1024 threads a block (x, y ≤ 1024, z ≤ 64), a grid beyond 2³¹−1 ×
 // 65535 × 65535, or more than 48 KiB of dynamic shared memory (the limit without
@@ -212,6 +225,8 @@ void launch_shared(Kernel kernel, dim3 grid, dim3 block, std::size_t shared_byte
     });
   for (std::thread& thread : team) thread.join();
 #endif
+  if (misaligned_access.exchange(false))
+    throw std::logic_error("cuda_on_cpu: a 16-byte access at an address not a multiple of 16 (a GPU faults on it)");
 }
 
 template <typename Kernel, typename... Args>

@@ -26,7 +26,7 @@ TEST_F(Elementwise, AddF32IsBitwiseTheCpuAccumulate) {
     const std::vector<float> out0 = random_f32(rng, n, -1, 1), a = random_f32(rng, n, -1e-3f, 1e-3f);
     std::vector<float> ref = out0, got = out0;
     cpu->accumulate(ref.data(), a.data(), n, DType::f32);
-    cuda_on_cpu::launch(kernels::add_f32, kernels::elementwise_launch(n), got.data(), a.data(), n);
+    cuda_on_cpu::launch(kernels::add_f32, kernels::vectorized_launch(n), got.data(), a.data(), n);
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(bits(got[i]), bits(ref[i])) << "n " << n << " i " << i;
   }
 }
@@ -45,7 +45,7 @@ TEST_F(Elementwise, CastF32ToBf16IsBitwiseCoreToBf16) {
   for (std::size_t i = 0; i < in.size(); ++i) in[i] = from_bits(patterns[i]);
   std::vector<bf16> got(in.size()), ref(in.size());
   cpu->cast(in.data(), DType::f32, ref.data(), DType::bf16, in.size());
-  cuda_on_cpu::launch(kernels::cast_f32_to_bf16, kernels::elementwise_launch(in.size()), got.data(),
+  cuda_on_cpu::launch(kernels::cast_f32_to_bf16, kernels::vectorized_launch(in.size()), got.data(),
                       static_cast<const float*>(in.data()), in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
     ASSERT_EQ(got[i].bits, to_bf16(in[i]).bits) << std::hex << "fp32 bits 0x" << patterns[i];
@@ -64,7 +64,7 @@ TEST_F(Elementwise, CastBf16ToF32IsBitwiseCoreToFloat) {
   while (in.size() < 2048) in.push_back(bf16{std::uint16_t(any(rng))});
   std::vector<float> got(in.size()), ref(in.size());
   cpu->cast(in.data(), DType::bf16, ref.data(), DType::f32, in.size());
-  cuda_on_cpu::launch(kernels::cast_bf16_to_f32, kernels::elementwise_launch(in.size()), got.data(),
+  cuda_on_cpu::launch(kernels::cast_bf16_to_f32, kernels::vectorized_launch(in.size()), got.data(),
                       static_cast<const bf16*>(in.data()), in.size());
   for (std::size_t i = 0; i < in.size(); ++i) {
     ASSERT_EQ(bits(got[i]), bits(to_float(in[i]))) << std::hex << "bf16 bits 0x" << in[i].bits;

@@ -52,8 +52,8 @@ TEST(LaunchLimits, EveryLaunchOfKernelsFitsAGpuAtTheLargestShapes) {
                          Shape{"one token", 1, 1, 1, 1, 1, 1}}) {
     const std::size_t N = s.B * s.T, heads = s.B * s.NH;
     const std::pair<const char*, kernels::Launch> launches[] = {
-        {"elementwise, the widest activation", kernels::elementwise_launch(N * 4 * s.C)},
-        {"elementwise, every parameter", kernels::elementwise_launch(s.parameters)},
+        {"elementwise, the widest activation", kernels::vectorized_launch(N * 4 * s.C)},
+        {"elementwise, every parameter", kernels::vectorized_launch(s.parameters)},
         {"adamw", kernels::adamw_launch(s.parameters)},
         {"embedding_forward", kernels::embedding_forward_launch(N, s.C)},
         {"embedding_backward_wte", kernels::embedding_backward_wte_launch(N, s.C)},

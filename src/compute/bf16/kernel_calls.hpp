@@ -67,10 +67,10 @@ class KernelCalls final : public Bf16Kernels {
   }
 
   void gelu_forward(bf16* out, const bf16* in, std::size_t n) override {
-    run_(__func__, kernels::elementwise_launch(n), kernels::gelu_forward, out, in, n);
+    run_(__func__, kernels::vectorized_launch(n), kernels::gelu_forward, out, in, n);
   }
   void gelu_backward(bf16* din, const bf16* in, const bf16* dout, std::size_t n) override {
-    run_(__func__, kernels::elementwise_launch(n), kernels::gelu_backward, din, in, dout, n);
+    run_(__func__, kernels::vectorized_launch(n), kernels::gelu_backward, din, in, dout, n);
   }
 
   void permute_qkv(bf16* q, bf16* k_, bf16* v, const bf16* qkv, std::size_t B, std::size_t T, std::size_t C,
@@ -110,16 +110,16 @@ class KernelCalls final : public Bf16Kernels {
   }
 
   void add_bf16(bf16* acc, const bf16* in, std::size_t n) override {
-    run_(__func__, kernels::elementwise_launch(n), kernels::reduce_add_bf16, acc, in, n);
+    run_(__func__, kernels::vectorized_launch(n), kernels::reduce_add_bf16, acc, in, n);
   }
   void add_f32(float* acc, const float* in, std::size_t n) override {
-    run_(__func__, kernels::elementwise_launch(n), kernels::add_f32, acc, in, n);
+    run_(__func__, kernels::vectorized_launch(n), kernels::add_f32, acc, in, n);
   }
   void cast_f32_to_bf16(bf16* out, const float* in, std::size_t n) override {
-    run_(__func__, kernels::elementwise_launch(n), kernels::cast_f32_to_bf16, out, in, n);
+    run_(__func__, kernels::vectorized_launch(n), kernels::cast_f32_to_bf16, out, in, n);
   }
   void cast_bf16_to_f32(float* out, const bf16* in, std::size_t n) override {
-    run_(__func__, kernels::elementwise_launch(n), kernels::cast_bf16_to_f32, out, in, n);
+    run_(__func__, kernels::vectorized_launch(n), kernels::cast_bf16_to_f32, out, in, n);
   }
 
   void sum_of_squares_f32(double* acc, const float* g, std::size_t n, void* scratch) override {

@@ -1,0 +1,85 @@
+// 16-byte accesses for the memory-bound kernels (elementwise.cu, optimizer.cu): each thread moves kVector
+// consecutive elements per step, 8 BF16 in one 16-byte load or store, 8 fp32 in two, instead of one 2- or 4-byte
+// access per element (on Hopper a warp's 2-byte accesses fill a quarter of what one instruction can move). Where a
+// pointer of the call is not 16-byte aligned (a slice at an odd offset), the kernel takes one element at a time
+// instead; either way every element gets the same arithmetic, so the bits do not depend on the path.
+//
+//   for_each_element(n, aligned16(out, in), [=](auto width, std::size_t i) {  // elements [i, i + W)
+//     constexpr unsigned W = decltype(width)::value;                         // kVector, or 1
+//     const Lanes<bf16, W> x = load_lanes<W>(in + i);
+//     ...
+//   });
+#pragma once
+#include "common.cuh"
+
+namespace dptrain::kernels {
+
+constexpr unsigned kVector = 8;  // elements per thread and step on the vectorised path
+
+// W consecutive elements of T in registers, 16-byte aligned where they fill whole 16-byte accesses.
+template <typename T, unsigned W>
+struct alignas(W * sizeof(T) % 16 == 0 ? 16 : alignof(T)) Lanes {
+  T at[W];
+};
+
+template <unsigned W>
+struct Width {
+  static constexpr unsigned value = W;
+};
+
+// Whether every address is a multiple of 16 bytes.
+template <typename... T>
+__device__ __forceinline__ bool aligned16(const T*... p) {
+  return ((reinterpret_cast<std::uintptr_t>(p) % 16 == 0) && ...);
+}
+
+// p[0, W): in 16-byte accesses where W elements fill them (p must then be 16-byte aligned), else one by one.
+template <unsigned W, typename T>
+__device__ __forceinline__ Lanes<T, W> load_lanes(const T* p) {
+  Lanes<T, W> x;
+  if constexpr (W * sizeof(T) % 16 == 0) {
+#if defined(__CUDACC__)
+    for (unsigned a = 0; a < W * sizeof(T) / 16; ++a)
+      reinterpret_cast<uint4*>(x.at)[a] = reinterpret_cast<const uint4*>(p)[a];
+#else
+    for (unsigned a = 0; a < W * sizeof(T) / 16; ++a) cuda_on_cpu::vector_access(p + a * 16 / sizeof(T));
+    std::memcpy(x.at, p, sizeof x.at);
+#endif
+  } else {
+    for (unsigned k = 0; k < W; ++k) x.at[k] = p[k];
+  }
+  return x;
+}
+
+template <unsigned W, typename T>
+__device__ __forceinline__ void store_lanes(T* p, const Lanes<T, W>& x) {
+  if constexpr (W * sizeof(T) % 16 == 0) {
+#if defined(__CUDACC__)
+    for (unsigned a = 0; a < W * sizeof(T) / 16; ++a)
+      reinterpret_cast<uint4*>(p)[a] = reinterpret_cast<const uint4*>(x.at)[a];
+#else
+    for (unsigned a = 0; a < W * sizeof(T) / 16; ++a) cuda_on_cpu::vector_access(p + a * 16 / sizeof(T));
+    std::memcpy(p, x.at, sizeof x.at);
+#endif
+  } else {
+    for (unsigned k = 0; k < W; ++k) p[k] = x.at[k];
+  }
+}
+
+// The grid's threads over n elements. Where `vectorized`, thread t takes the kVector elements of vectors t,
+// t + threads, … below n / kVector, calling step(Width<kVector>{}, first element); then the n % kVector elements
+// left (every element where not vectorized) go one at a time, step(Width<1>{}, i), grid-stride.
+template <typename Step>
+__device__ __forceinline__ void for_each_element(std::size_t n, bool vectorized, Step step) {
+  const std::size_t first = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t threads = std::size_t(gridDim.x) * blockDim.x;
+  std::size_t done = 0;
+  if (vectorized) {
+    const std::size_t vectors = n / kVector;
+    for (std::size_t j = first; j < vectors; j += threads) step(Width<kVector>{}, j * kVector);
+    done = vectors * kVector;
+  }
+  for (std::size_t i = done + first; i < n; i += threads) step(Width<1>{}, i);
+}
+
+}  // namespace dptrain::kernels

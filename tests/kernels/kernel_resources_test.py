@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""What ptxas makes of every kernel of kernels/ for sm_90, read without a GPU.
+
+Usage: kernel_resources_test.py NVCC SOURCE_DIR
+
+Compiles each kernels/*.cu as the build does (C++17, sm_90) twice: to a cubin with ptxas's resource report
+(registers, stack frame, spill stores and loads, shared memory per kernel) and to PTX (the global loads and stores
+each kernel issues). Prints one row per kernel and fails where:
+  - any kernel spills registers to local memory;
+  - any kernel has a stack frame, but embedding_backward_wte, whose 16 slot tags are an array indexed by token
+    (64 bytes, kept per thread on purpose: kernels/encoder.cu);
+  - a kernel that kernels/vectorized.cuh vectorises (elementwise.cu, optimizer.cu) issues no 16-byte global load
+    and store (ld.global.v4 / st.global.v4): its wide path would have been compiled away.
+"""
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+STACK_ALLOWED = {"embedding_backward_wte": 64}
+VECTORISED_FILES = {"elementwise.cu", "optimizer.cu"}
+
+
+def kernel_name(mangled):
+    """The kernel's own name from an Itanium-mangled dptrain::kernels::NAME(...)."""
+    m = re.match(r"_ZN7dptrain7kernels(\d+)", mangled)
+    if not m:
+        return mangled
+    length = int(m.group(1))
+    start = m.end()
+    return mangled[start:start + length]
+
+
+def resource_report(nvcc, source, include, out):
+    """{kernel: {registers, stack, spill_stores, spill_loads, smem}} from ptxas -v."""
+    run = subprocess.run(
+        [nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "--resource-usage", "-I", include, "-I", str(source.parent),
+         str(source), "-o", str(out)], capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"nvcc failed on {source.name}:\n{run.stderr}")
+    kernels, current = {}, None
+    for line in run.stderr.splitlines():
+        if m := re.search(r"Function properties for (\S+)", line):
+            current = kernel_name(m.group(1))
+            kernels[current] = {"registers": 0, "stack": 0, "spill_stores": 0, "spill_loads": 0, "smem": 0}
+        elif current and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                                         line)):
+            kernels[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        elif current and (m := re.search(r"Used (\d+) registers", line)):
+            kernels[current]["registers"] = int(m.group(1))
+            if s := re.search(r"(\d+) bytes smem", line):
+                kernels[current]["smem"] = int(s.group(1))
+    return kernels
+
+
+def global_accesses(nvcc, source, include, out):
+    """{kernel: (16-byte global loads, 16-byte global stores)} from the PTX."""
+    run = subprocess.run(
+        [nvcc, "-std=c++17", "-arch=sm_90", "-ptx", "-I", include, "-I", str(source.parent), str(source), "-o",
+         str(out)], capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"nvcc -ptx failed on {source.name}:\n{run.stderr}")
+    ptx = out.read_text()
+    accesses = {}
+    for m in re.finditer(r"\.entry (\S+)\((.*?)\n\}\n", ptx, re.S):
+        body = m.group(2)
+        accesses[kernel_name(m.group(1))] = (len(re.findall(r"\bld\.global(?:\.nc)?\.v4\.", body)),
+                                             len(re.findall(r"\bst\.global\.v4\.", body)))
+    return accesses
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    nvcc, root = sys.argv[1], pathlib.Path(sys.argv[2])
+    include = str(root / "include")
+    sources = sorted((root / "kernels").glob("*.cu"))
+    problems, rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        for source in sources:
+            report = resource_report(nvcc, source, include, tmp / (source.stem + ".cubin"))
+            wide = global_accesses(nvcc, source, include, tmp / (source.stem + ".ptx"))
+            if not report:
+                problems.append(f"{source.name}: ptxas reported no kernel")
+            for name, r in sorted(report.items()):
+                loads, stores = wide.get(name, (0, 0))
+                rows.append((source.name, name, r, loads, stores))
+                if r["spill_stores"] or r["spill_loads"]:
+                    problems.append(f"{name} spills ({r['spill_stores']} B stored, {r['spill_loads']} B loaded)")
+                if r["stack"] > STACK_ALLOWED.get(name, 0):
+                    problems.append(f"{name} has a {r['stack']}-byte stack frame "
+                                    f"(allowed {STACK_ALLOWED.get(name, 0)})")
+                if source.name in VECTORISED_FILES and (loads == 0 or stores == 0):
+                    problems.append(f"{name} has no 16-byte global access ({loads} loads, {stores} stores)")
+    print(f"{'file':<16} {'kernel':<26} {'registers':>9} {'stack B':>8} {'spills B':>9} {'smem B':>7} "
+          f"{'16-B ld/st':>10}")
+    for file, name, r, loads, stores in rows:
+        print(f"{file:<16} {name:<26} {r['registers']:>9} {r['stack']:>8} {r['spill_stores'] + r['spill_loads']:>9} "
+              f"{r['smem']:>7} {f'{loads}/{stores}':>10}")
+    print(f"{len(rows)} kernels in {len(sources)} files (sm_90)")
+    for p in problems:
+        print(f"FAIL: {p}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
