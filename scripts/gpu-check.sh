@@ -2,7 +2,8 @@
 # The GPU check: one call on a bare GPU machine (no network, no Open MPI; CUDA 13, Python with PyTorch), within a
 # deadline of 480 s (GPU_CHECK_SECONDS) so that the device's 600 s per call always returns the summary. Runs the
 # build that scripts/gpu-bundle.sh packed (build-gpu.tar.xz, carried beside the sources), then
-#   1. the device and library versions (nvidia-smi, nvcc, torch, the NCCL dptrain loads),
+#   1. the device and library versions (nvidia-smi, nvcc, torch, the NCCL dptrain loads), and what ptxas and
+#      cuobjdump say of the kernels (tests/kernels/kernel_resources_test.py: registers, spills, 16-byte accesses),
 #   2. the GPU tests: every compute op on cuda against its reference, the whole model and 50 training steps of the
 #      small shape against the cpu backend, bitwise repeatability and resume (gtest JSON and exit status per binary),
 #   3. the benchmark: gpt2-124m at Q = 1024, the largest micro-batch of 64, 32, 16 that fits (a smaller one only
@@ -65,11 +66,16 @@ summary = {
     "pytorch_tokens_per_s": float(eager) if eager else None,
     "pytorch_compile_tokens_per_s": float(compiled) if compiled else None,
 }
-for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
-    p = os.path.join(out, f"sanitizer-{tool}.txt")
-    if os.path.exists(p):
-        last = open(p).read().strip().split()
-        summary[f"sanitizer_{tool}_exit"] = int(last[-1]) if last and last[-1].lstrip("-").isdigit() else None
+def exit_status(name):  # the "... exit N" a step appended to its log; absent where the step did not run
+    p = os.path.join(out, name)
+    if not os.path.exists(p):
+        return
+    last = open(p).read().strip().split()
+    return int(last[-1]) if last and last[-1].lstrip("-").isdigit() else None
+for key, name in [("kernel_resources_exit", "kernel-resources.txt")] + [
+        (f"sanitizer_{tool}_exit", f"sanitizer-{tool}.txt") for tool in ("memcheck", "racecheck", "synccheck", "initcheck")]:
+    if os.path.exists(os.path.join(out, name)):
+        summary[key] = exit_status(name)
 log = os.path.join(out, f"train-b{batch}.jsonl")
 if batch and os.path.exists(log):
     rows = []
@@ -109,6 +115,18 @@ for name in compute_test dp_test train_test; do
   rm -f "$OUT/tests-$name.json"
   echo not-started > "$OUT/tests-$name.status"
 done
+
+# ---- 1b. the kernels' machine code --------------------------------------------------------------------------------
+# ptxas's report (registers, stack, spills) and the 16-byte accesses of the vectorised kernels, in PTX and, with this
+# machine's cuobjdump, in SASS (CI reads the PTX only): tests/kernels/kernel_resources_test.py with this nvcc.
+seconds=$(step_timeout 40)
+nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+if [ -n "$nvcc_path" ] && [ "$seconds" -ge 20 ]; then
+  log "kernel resources for sm_90 (at most $seconds s)"
+  timeout "$seconds" python3 tests/kernels/kernel_resources_test.py "$nvcc_path" . > "$OUT/kernel-resources.txt" 2>&1
+  echo "exit $?" >> "$OUT/kernel-resources.txt"
+  tail -2 "$OUT/kernel-resources.txt"
+fi
 
 # ---- 2. GPU tests ------------------------------------------------------------------------------------------------
 run_tests() {  # binary, gtest filter, seconds

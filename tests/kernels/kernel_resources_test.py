@@ -5,15 +5,18 @@ Usage: kernel_resources_test.py NVCC SOURCE_DIR
 
 Compiles each kernels/*.cu as the build does (C++17, sm_90) twice: to a cubin with ptxas's resource report
 (registers, stack frame, spill stores and loads, shared memory per kernel) and to PTX (the global loads and stores
-each kernel issues). Prints one row per kernel and fails where:
+each kernel issues); where cuobjdump is found (on the PATH or beside nvcc), also reads the cubin's machine code
+(SASS). Prints one row per kernel and fails where:
   - any kernel spills registers to local memory;
   - any kernel has a stack frame, but embedding_backward_wte, whose 16 slot tags are an array indexed by token
     (64 bytes, kept per thread on purpose: kernels/encoder.cu);
   - a kernel that kernels/vectorized.cuh vectorises (elementwise.cu, optimizer.cu) issues no 16-byte global load
-    and store (ld.global.v4 / st.global.v4): its wide path would have been compiled away.
+    and store (ld.global.v4 / st.global.v4 in the PTX; LDG.E.128 / STG.E.128 in the SASS where it is read): its
+    wide path would have been compiled away.
 """
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,13 +35,22 @@ def kernel_name(mangled):
     return mangled[start:start + length]
 
 
+def run_tool(command, what):
+    """The finished command (stdout and stderr as text); exits with its errors where it failed."""
+    run = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"{what} failed:\n{run.stderr}")
+    return run
+
+
+def nvcc_command(nvcc, source, include, out, *mode):
+    """The build's compilation of one kernel file (C++17, sm_90) to `out`, in `mode` (-cubin, -ptx)."""
+    return [nvcc, "-std=c++17", "-arch=sm_90", *mode, "-I", include, "-I", source.parent, source, "-o", out]
+
+
 def resource_report(nvcc, source, include, out):
     """{kernel: {registers, stack, spill_stores, spill_loads, smem}} from ptxas -v."""
-    run = subprocess.run(
-        [nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "--resource-usage", "-I", include, "-I", str(source.parent),
-         str(source), "-o", str(out)], capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"nvcc failed on {source.name}:\n{run.stderr}")
+    run = run_tool(nvcc_command(nvcc, source, include, out, "-cubin", "--resource-usage"), f"nvcc on {source.name}")
     kernels, current = {}, None
     for line in run.stderr.splitlines():
         if m := re.search(r"Function properties for (\S+)", line):
@@ -56,18 +68,28 @@ def resource_report(nvcc, source, include, out):
 
 def global_accesses(nvcc, source, include, out):
     """{kernel: (16-byte global loads, 16-byte global stores)} from the PTX."""
-    run = subprocess.run(
-        [nvcc, "-std=c++17", "-arch=sm_90", "-ptx", "-I", include, "-I", str(source.parent), str(source), "-o",
-         str(out)], capture_output=True, text=True)
-    if run.returncode != 0:
-        sys.exit(f"nvcc -ptx failed on {source.name}:\n{run.stderr}")
-    ptx = out.read_text()
+    run_tool(nvcc_command(nvcc, source, include, out, "-ptx"), f"nvcc -ptx on {source.name}")
     accesses = {}
-    for m in re.finditer(r"\.entry (\S+)\((.*?)\n\}\n", ptx, re.S):
+    for m in re.finditer(r"\.entry (\S+)\((.*?)\n\}\n", out.read_text(), re.S):
         body = m.group(2)
         accesses[kernel_name(m.group(1))] = (len(re.findall(r"\bld\.global(?:\.nc)?\.v4\.", body)),
                                              len(re.findall(r"\bst\.global\.v4\.", body)))
     return accesses
+
+
+def sass_accesses(cuobjdump, cubin):
+    """{kernel: (16-byte global loads, 16-byte global stores)} from the cubin's machine code."""
+    run = run_tool([cuobjdump, "--dump-sass", cubin], f"cuobjdump on {cubin.name}")
+    accesses, current = {}, None
+    for line in run.stdout.splitlines():
+        if m := re.search(r"Function : (\S+)", line):
+            current = kernel_name(m.group(1))
+            accesses[current] = [0, 0]
+        elif current and re.search(r"\bLDG\.E[\w.]*\.128\b", line):
+            accesses[current][0] += 1
+        elif current and re.search(r"\bSTG\.E[\w.]*\.128\b", line):
+            accesses[current][1] += 1
+    return {k: tuple(v) for k, v in accesses.items()}
 
 
 def main():
@@ -75,6 +97,7 @@ def main():
         sys.exit(__doc__)
     nvcc, root = sys.argv[1], pathlib.Path(sys.argv[2])
     include = str(root / "include")
+    cuobjdump = shutil.which("cuobjdump") or shutil.which("cuobjdump", path=str(pathlib.Path(nvcc).parent))
     sources = sorted((root / "kernels").glob("*.cu"))
     problems, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,24 +105,30 @@ def main():
         for source in sources:
             report = resource_report(nvcc, source, include, tmp / (source.stem + ".cubin"))
             wide = global_accesses(nvcc, source, include, tmp / (source.stem + ".ptx"))
+            sass = sass_accesses(cuobjdump, tmp / (source.stem + ".cubin")) if cuobjdump else {}
             if not report:
                 problems.append(f"{source.name}: ptxas reported no kernel")
             for name, r in sorted(report.items()):
                 loads, stores = wide.get(name, (0, 0))
-                rows.append((source.name, name, r, loads, stores))
+                sass_loads, sass_stores = sass.get(name, (0, 0))
+                rows.append((source.name, name, r, loads, stores, f"{sass_loads}/{sass_stores}" if cuobjdump else "-"))
                 if r["spill_stores"] or r["spill_loads"]:
                     problems.append(f"{name} spills ({r['spill_stores']} B stored, {r['spill_loads']} B loaded)")
                 if r["stack"] > STACK_ALLOWED.get(name, 0):
                     problems.append(f"{name} has a {r['stack']}-byte stack frame "
                                     f"(allowed {STACK_ALLOWED.get(name, 0)})")
                 if source.name in VECTORISED_FILES and (loads == 0 or stores == 0):
-                    problems.append(f"{name} has no 16-byte global access ({loads} loads, {stores} stores)")
+                    problems.append(f"{name} has no 16-byte global access in its PTX ({loads} loads, {stores} stores)")
+                if source.name in VECTORISED_FILES and cuobjdump and (sass_loads == 0 or sass_stores == 0):
+                    problems.append(f"{name} has no 16-byte global access in its SASS ({sass_loads} LDG.E.128, "
+                                    f"{sass_stores} STG.E.128)")
     print(f"{'file':<16} {'kernel':<26} {'registers':>9} {'stack B':>8} {'spills B':>9} {'smem B':>7} "
-          f"{'16-B ld/st':>10}")
-    for file, name, r, loads, stores in rows:
+          f"{'PTX 16-B ld/st':>14} {'SASS 16-B ld/st':>15}")
+    for file, name, r, loads, stores, sass_pair in rows:
         print(f"{file:<16} {name:<26} {r['registers']:>9} {r['stack']:>8} {r['spill_stores'] + r['spill_loads']:>9} "
-              f"{r['smem']:>7} {f'{loads}/{stores}':>10}")
-    print(f"{len(rows)} kernels in {len(sources)} files (sm_90)")
+              f"{r['smem']:>7} {f'{loads}/{stores}':>14} {sass_pair:>15}")
+    print(f"{len(rows)} kernels in {len(sources)} files (sm_90); machine code "
+          + (f"read by {cuobjdump}" if cuobjdump else "not read (no cuobjdump)"))
     for p in problems:
         print(f"FAIL: {p}")
     return 1 if problems else 0
