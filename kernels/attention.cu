@@ -15,9 +15,6 @@ __device__ __forceinline__ std::size_t row_major_offset(std::size_t i, std::size
   return (bh / NH * T + t) * ld + bh % NH * hs + d;
 }
 
-__device__ __forceinline__ std::size_t first_index() { return std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ std::size_t grid_stride() { return std::size_t(gridDim.x) * blockDim.x; }
-
 // The row (of the heads·T rows) that this thread's warp works on.
 __device__ __forceinline__ std::size_t warp_row() {
   return std::size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -25,35 +22,53 @@ __device__ __forceinline__ std::size_t warp_row() {
 
 }  // namespace
 
+// Each permute copies runs of hs channels that are contiguous on both sides. Where hs and C are multiples of
+// kVector and every pointer is 16-byte aligned, a run splits into whole vectors that are 16-byte aligned on both
+// sides, and each thread moves kVector elements per 16-byte access with one offset computation; otherwise one
+// element at a time (vectorized.cuh).
+__device__ __forceinline__ bool head_runs_vectorize(std::size_t C, std::size_t NH) {
+  return (C / NH) % kVector == 0 && C % kVector == 0;
+}
+
 __global__ void permute_qkv(bf16* q, bf16* k, bf16* v, const bf16* qkv, std::size_t B, std::size_t T, std::size_t C,
                             std::size_t NH) {
-  for (std::size_t i = first_index(); i < B * T * C; i += grid_stride()) {
+  const bool vectorized = head_runs_vectorize(C, NH) && aligned16(q, k, v, qkv);
+  for_each_element(B * T * C, vectorized, [=](auto width, std::size_t i) {
+    constexpr unsigned W = decltype(width)::value;
     const bf16* row = qkv + row_major_offset(i, T, C, NH, 3 * C);
-    q[i] = row[0];
-    k[i] = row[C];
-    v[i] = row[2 * C];
-  }
+    store_lanes<W>(q + i, load_lanes<W>(row));
+    store_lanes<W>(k + i, load_lanes<W>(row + C));
+    store_lanes<W>(v + i, load_lanes<W>(row + 2 * C));
+  });
 }
 
 __global__ void unpermute(bf16* out, const bf16* y, std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
-  for (std::size_t i = first_index(); i < B * T * C; i += grid_stride())
-    out[row_major_offset(i, T, C, NH, C)] = y[i];
+  const bool vectorized = head_runs_vectorize(C, NH) && aligned16(out, y);
+  for_each_element(B * T * C, vectorized, [=](auto width, std::size_t i) {
+    constexpr unsigned W = decltype(width)::value;
+    store_lanes<W>(out + row_major_offset(i, T, C, NH, C), load_lanes<W>(y + i));
+  });
 }
 
 __global__ void permute_heads(bf16* dy, const bf16* dout, std::size_t B, std::size_t T, std::size_t C,
                               std::size_t NH) {
-  for (std::size_t i = first_index(); i < B * T * C; i += grid_stride())
-    dy[i] = dout[row_major_offset(i, T, C, NH, C)];
+  const bool vectorized = head_runs_vectorize(C, NH) && aligned16(dy, dout);
+  for_each_element(B * T * C, vectorized, [=](auto width, std::size_t i) {
+    constexpr unsigned W = decltype(width)::value;
+    store_lanes<W>(dy + i, load_lanes<W>(dout + row_major_offset(i, T, C, NH, C)));
+  });
 }
 
 __global__ void unpermute_qkv(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, std::size_t B,
                               std::size_t T, std::size_t C, std::size_t NH) {
-  for (std::size_t i = first_index(); i < B * T * C; i += grid_stride()) {
+  const bool vectorized = head_runs_vectorize(C, NH) && aligned16(dqkv, dq, dk, dv);
+  for_each_element(B * T * C, vectorized, [=](auto width, std::size_t i) {
+    constexpr unsigned W = decltype(width)::value;
     bf16* row = dqkv + row_major_offset(i, T, C, NH, 3 * C);
-    row[0] = dq[i];
-    row[C] = dk[i];
-    row[2 * C] = dv[i];
-  }
+    store_lanes<W>(row, load_lanes<W>(dq + i));
+    store_lanes<W>(row + C, load_lanes<W>(dk + i));
+    store_lanes<W>(row + 2 * C, load_lanes<W>(dv + i));
+  });
 }
 
 __global__ void causal_softmax_forward(bf16* probs, const float* scores, std::size_t heads, std::size_t T) {

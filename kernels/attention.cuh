@@ -9,6 +9,7 @@
 //           dq = scale·dscores·k, dk = scale·dscoresᵀ·q → unpermute_qkv.
 #pragma once
 #include "common.cuh"
+#include "vectorized.cuh"
 
 namespace dptrain::kernels {
 
@@ -33,12 +34,9 @@ __global__ void causal_softmax_forward(bf16* probs, const float* scores, std::si
 __global__ void causal_softmax_backward(bf16* dscores, const bf16* probs, const float* dprobs, std::size_t heads,
                                         std::size_t T);
 
-// The four permutes: grid-stride loops over the B·T·C elements of one tensor, 256 threads per block, one element
-// per thread up to 65,536 blocks.
-constexpr unsigned kPermuteThreads = 256;
+// The four permutes: for_each_element over the B·T·C elements of one tensor (vectorized.cuh), kVector per thread.
 inline Launch attention_permute_launch(std::size_t B, std::size_t T, std::size_t C) {
-  const std::size_t blocks = ceil_div(B * T * C, kPermuteThreads);
-  return {dim3(unsigned(blocks == 0 ? 1 : blocks < 65536 ? blocks : 65536)), dim3(kPermuteThreads), 0};
+  return vectorized_launch(B * T * C);
 }
 
 // Both softmaxes: one warp per row of heads·T rows, 8 warps per block.

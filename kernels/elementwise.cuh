@@ -1,6 +1,6 @@
 // Elementwise kernels on BF16 with fp32 arithmetic (elementwise.cu): GELU forward and backward, the ring's BF16
-// reduce-add, the fp32 accumulate and the BF16 ↔ fp32 casts. One launch shape for all: kVector elements per thread
-// and step, in 16-byte accesses where the pointers allow (vectorized.cuh), grid-stride.
+// reduce-add, the fp32 accumulate and the BF16 ↔ fp32 casts. One launch shape for all, vectorized_launch(n): kVector
+// elements per thread and step, in 16-byte accesses where the pointers allow (vectorized.cuh), grid-stride.
 #pragma once
 #include "common.cuh"
 #include "vectorized.cuh"
@@ -14,13 +14,7 @@ __global__ void add_f32(float* out, const float* a, std::size_t n);             
 __global__ void cast_f32_to_bf16(bf16* out, const float* in, std::size_t n);                 // RNE, as core/bf16.hpp
 __global__ void cast_bf16_to_f32(float* out, const bf16* in, std::size_t n);                 // exact
 
-// 256 threads per block, one element per thread up to 65,536 blocks, then grid-stride (the embedding's kernels).
-inline Launch elementwise_launch(std::size_t n) {
-  const std::size_t blocks = n == 0 ? 1 : (n + 255) / 256;
-  return {dim3(unsigned(blocks < 65536 ? blocks : 65536)), dim3(256), 0};
-}
-
-// The same with one thread per kVector elements: the kernels of this file and AdamW's.
-inline Launch vectorized_launch(std::size_t n) { return elementwise_launch((n + kVector - 1) / kVector); }
+// One thread per element (the embedding's kernels); the kernels of this file take vectorized_launch(n).
+inline Launch elementwise_launch(std::size_t n) { return grid_stride_launch(n); }
 
 }  // namespace dptrain::kernels

@@ -55,8 +55,10 @@ template <unsigned W, typename T>
 __device__ __forceinline__ void store_lanes(T* p, const Lanes<T, W>& x) {
   if constexpr (W * sizeof(T) % 16 == 0) {
 #if defined(__CUDACC__)
+    // __stwb: the plain store (st.global.wb), as one 16-byte vector; an assignment through uint4* may be split into
+    // 4-byte stores where the value comes straight from a load (nvcc 13 did, for the permutes).
     for (unsigned a = 0; a < W * sizeof(T) / 16; ++a)
-      reinterpret_cast<uint4*>(p)[a] = reinterpret_cast<const uint4*>(x.at)[a];
+      __stwb(reinterpret_cast<uint4*>(p) + a, reinterpret_cast<const uint4*>(x.at)[a]);
 #else
     for (unsigned a = 0; a < W * sizeof(T) / 16; ++a) cuda_on_cpu::vector_access(p + a * 16 / sizeof(T));
     std::memcpy(p, x.at, sizeof x.at);
@@ -81,5 +83,14 @@ __device__ __forceinline__ void for_each_element(std::size_t n, bool vectorized,
   }
   for (std::size_t i = done + first; i < n; i += threads) step(Width<1>{}, i);
 }
+
+// 256 threads per block, one per `threads` up to 65,536 blocks, then grid-stride.
+inline Launch grid_stride_launch(std::size_t threads) {
+  const std::size_t blocks = threads == 0 ? 1 : (threads + 255) / 256;
+  return {dim3(unsigned(blocks < 65536 ? blocks : 65536)), dim3(256), 0};
+}
+
+// For a for_each_element kernel over n elements: one thread per kVector of them.
+inline Launch vectorized_launch(std::size_t n) { return grid_stride_launch((n + kVector - 1) / kVector); }
 
 }  // namespace dptrain::kernels

@@ -10,7 +10,8 @@ each kernel issues); where cuobjdump is found (on the PATH or beside nvcc), also
   - any kernel spills registers to local memory;
   - any kernel has a stack frame, but embedding_backward_wte, whose 16 slot tags are an array indexed by token
     (64 bytes, kept per thread on purpose: kernels/encoder.cu);
-  - a kernel that kernels/vectorized.cuh vectorises (elementwise.cu, optimizer.cu) issues no 16-byte global load
+  - a kernel that kernels/vectorized.cuh vectorises (elementwise.cu, optimizer.cu, the permutes of attention.cu)
+    issues no 16-byte global load
     and store (ld.global.v4 / st.global.v4 in the PTX; LDG.E.128 / STG.E.128 in the SASS where it is read): its
     wide path would have been compiled away.
 """
@@ -22,7 +23,9 @@ import sys
 import tempfile
 
 STACK_ALLOWED = {"embedding_backward_wte": 64}
-VECTORISED_FILES = {"elementwise.cu", "optimizer.cu"}
+# The kernels written over for_each_element (kernels/vectorized.cuh).
+VECTORISED = {"gelu_forward", "gelu_backward", "reduce_add_bf16", "add_f32", "cast_f32_to_bf16", "cast_bf16_to_f32",
+              "adamw_f32_grad", "adamw_bf16_grad", "permute_qkv", "unpermute", "permute_heads", "unpermute_qkv"}
 
 
 def kernel_name(mangled):
@@ -72,8 +75,8 @@ def global_accesses(nvcc, source, include, out):
     accesses = {}
     for m in re.finditer(r"\.entry (\S+)\((.*?)\n\}\n", out.read_text(), re.S):
         body = m.group(2)
-        accesses[kernel_name(m.group(1))] = (len(re.findall(r"\bld\.global(?:\.nc)?\.v4\.", body)),
-                                             len(re.findall(r"\bst\.global\.v4\.", body)))
+        accesses[kernel_name(m.group(1))] = (len(re.findall(r"\bld\.global(?:\.(?:nc|ca|cg|cs|lu|cv))?\.v4\.", body)),
+                                             len(re.findall(r"\bst\.global(?:\.(?:wb|cg|cs|wt))?\.v4\.", body)))
     return accesses
 
 
@@ -117,9 +120,9 @@ def main():
                 if r["stack"] > STACK_ALLOWED.get(name, 0):
                     problems.append(f"{name} has a {r['stack']}-byte stack frame "
                                     f"(allowed {STACK_ALLOWED.get(name, 0)})")
-                if source.name in VECTORISED_FILES and (loads == 0 or stores == 0):
+                if name in VECTORISED and (loads == 0 or stores == 0):
                     problems.append(f"{name} has no 16-byte global access in its PTX ({loads} loads, {stores} stores)")
-                if source.name in VECTORISED_FILES and cuobjdump and (sass_loads == 0 or sass_stores == 0):
+                if name in VECTORISED and cuobjdump and (sass_loads == 0 or sass_stores == 0):
                     problems.append(f"{name} has no 16-byte global access in its SASS ({sass_loads} LDG.E.128, "
                                     f"{sass_stores} STG.E.128)")
     print(f"{'file':<16} {'kernel':<26} {'registers':>9} {'stack B':>8} {'spills B':>9} {'smem B':>7} "

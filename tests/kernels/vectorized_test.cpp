@@ -1,10 +1,13 @@
-// The memory-bound kernels' two paths (kernels/vectorized.cuh): with every array 16-byte aligned they move kVector
-// elements per 16-byte access, with any array off a 16-byte boundary one element at a time. Each kernel must give
-// the same bits on both, at lengths around a vector (1, 7, 8, 9, …: the tail after the last whole vector), and take
-// the wide path exactly when it may: the harness counts every 16-byte access and fails a launch with one at an
-// address a GPU would fault on. What the kernels compute is tested against the cpu backend elsewhere
-// (kernels_test, elementwise_test, optimizer_test); here the aligned run is the reference of the unaligned ones.
+// The memory-bound kernels' two paths (kernels/vectorized.cuh: elementwise.cu, AdamW, attention's permutes): with
+// every array 16-byte aligned they move kVector elements per 16-byte access, with any array off a 16-byte boundary
+// one element at a time. Each kernel must give the same bits on both, at lengths around a vector (1, 7, 8, 9, …: the
+// tail after the last whole vector), and take the wide path exactly when it may: the harness counts every 16-byte
+// access and fails a launch with one at an address a GPU would fault on. What the kernels compute is tested against
+// the cpu backend elsewhere (kernels_test, elementwise_test, optimizer_test); here the aligned run is the reference
+// of the unaligned ones.
+// clang-format off
 #include "cuda_on_cpu.hpp"  // first: what the kernel files below need of CUDA
+// clang-format on
 
 #include <gtest/gtest.h>
 
@@ -16,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../kernels/attention.cu"
 #include "../../kernels/elementwise.cu"
 #include "../../kernels/optimizer.cu"
 #include "kernel_test_util.hpp"
@@ -34,6 +38,8 @@ class Placed {
     data = reinterpret_cast<T*>(storage_.data()) + shift;
     std::copy(values.begin(), values.end(), data);
   }
+  Placed(const Placed&) = delete;  // `data` points into the storage: a copy would point into the original's
+  Placed(Placed&&) = default;
   std::vector<T> values() const { return std::vector<T>(data, data + n_); }
   T* data;
 
@@ -222,6 +228,61 @@ TEST_F(Vectorized, AdamWGivesTheSameBitsOnBothPaths) {
         EXPECT_EQ(std::get<3>(off), std::get<3>(aligned)) << "weights, array " << which << " off";
       }
     }
+  }
+}
+
+// Attention's permutes copy runs of hs channels: 16-byte accesses where hs and C are multiples of kVector and every
+// array is aligned, one element at a time otherwise (C = 48 with hs = 12 below: never wide).
+TEST_F(Vectorized, AttentionPermutesGiveTheSameBitsOnBothPaths) {
+  struct Shape {
+    std::size_t B, T, C, NH;
+  };
+  for (const Shape& s : {Shape{2, 5, 64, 2}, Shape{1, 3, 48, 3}, Shape{2, 3, 24, 3}, Shape{1, 2, 48, 4}}) {
+    SCOPED_TRACE(::testing::Message() << "B " << s.B << " T " << s.T << " C " << s.C << " NH " << s.NH);
+    const std::size_t n = s.B * s.T * s.C, vectors = (s.C / s.NH) % kernels::kVector == 0 ? n / kernels::kVector : 0;
+    const kernels::Launch launch = kernels::attention_permute_launch(s.B, s.T, s.C);
+    const std::vector<bf16> poison(n, to_bf16(NAN)), poison3(3 * n, to_bf16(NAN));
+    // Each kernel with its arrays (as it takes them), their starting values, and its 16-byte accesses per vector.
+    auto check = [&](const char* name, const std::vector<std::vector<bf16>>& start, std::size_t per_vector,
+                     auto call) {
+      SCOPED_TRACE(name);
+      auto run = [&](std::size_t which, unsigned shift) {
+        std::vector<Placed<bf16>> arrays;
+        arrays.reserve(start.size());
+        for (std::size_t a = 0; a < start.size(); ++a) arrays.emplace_back(start[a], a == which ? shift : 0);
+        const std::size_t before = vector_accesses();
+        call(arrays);
+        std::vector<std::vector<std::uint32_t>> after;
+        for (const Placed<bf16>& a : arrays) after.push_back(bit_patterns(a.values()));
+        return std::pair(after, vector_accesses() - before);
+      };
+      const auto aligned = run(0, 0);
+      EXPECT_EQ(aligned.second, vectors * per_vector);
+      for (std::size_t which = 0; which < start.size(); ++which)
+        for (const unsigned shift : kShifts) {
+          const auto off = run(which, shift);
+          EXPECT_EQ(off.second, 0u) << "array " << which << " shifted by " << shift;
+          ASSERT_EQ(off.first, aligned.first) << "array " << which << " shifted by " << shift;
+        }
+    };
+    auto bf16s = [&](std::size_t count) { return random_bf16(rng, count, -4, 4); };
+    check("permute_qkv", {poison, poison, poison, bf16s(3 * n)}, 6, [&](std::vector<Placed<bf16>>& a) {
+      cuda_on_cpu::launch(kernels::permute_qkv, launch, a[0].data, a[1].data, a[2].data,
+                          static_cast<const bf16*>(a[3].data), s.B, s.T, s.C, s.NH);
+    });
+    check("unpermute", {poison, bf16s(n)}, 2, [&](std::vector<Placed<bf16>>& a) {
+      cuda_on_cpu::launch(kernels::unpermute, launch, a[0].data, static_cast<const bf16*>(a[1].data), s.B, s.T, s.C,
+                          s.NH);
+    });
+    check("permute_heads", {poison, bf16s(n)}, 2, [&](std::vector<Placed<bf16>>& a) {
+      cuda_on_cpu::launch(kernels::permute_heads, launch, a[0].data, static_cast<const bf16*>(a[1].data), s.B, s.T,
+                          s.C, s.NH);
+    });
+    check("unpermute_qkv", {poison3, bf16s(n), bf16s(n), bf16s(n)}, 6, [&](std::vector<Placed<bf16>>& a) {
+      cuda_on_cpu::launch(kernels::unpermute_qkv, launch, a[0].data, static_cast<const bf16*>(a[1].data),
+                          static_cast<const bf16*>(a[2].data), static_cast<const bf16*>(a[3].data), s.B, s.T, s.C,
+                          s.NH);
+    });
   }
 }
 
