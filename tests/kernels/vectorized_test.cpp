@@ -237,7 +237,12 @@ TEST_F(Vectorized, AttentionPermutesGiveTheSameBitsOnBothPaths) {
   struct Shape {
     std::size_t B, T, C, NH;
   };
-  for (const Shape& s : {Shape{2, 5, 64, 2}, Shape{1, 3, 48, 3}, Shape{2, 3, 24, 3}, Shape{1, 2, 48, 4}}) {
+#ifndef DPTRAIN_CUDA_ON_CPU_THREADS
+  const Shape shapes[] = {{2, 5, 64, 2}, {1, 3, 48, 3}, {2, 3, 24, 3}, {1, 2, 48, 4}};
+#else
+  const Shape shapes[] = {{2, 5, 64, 2}, {1, 2, 48, 4}};
+#endif
+  for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "B " << s.B << " T " << s.T << " C " << s.C << " NH " << s.NH);
     const std::size_t n = s.B * s.T * s.C, vectors = (s.C / s.NH) % kernels::kVector == 0 ? n / kernels::kVector : 0;
     const kernels::Launch launch = kernels::attention_permute_launch(s.B, s.T, s.C);
