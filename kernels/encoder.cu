@@ -1,6 +1,7 @@
 // The token + position embedding, forward and backward.
 //
-// Forward: one thread per output element, out = bf16(wte + wpe) with the sum in fp32.
+// Forward: out = bf16(wte + wpe) with the sum in fp32, kVector channels per thread in 16-byte accesses where C is a
+// multiple of kVector and the pointers are aligned (vectorized.cuh), one at a time otherwise.
 //
 // Backward without atomics, deterministic and bitwise the cpu backend's (which adds the rows into dwte and dwpe
 // in row order): every element of dwte and dwpe is owned by exactly one thread, which adds its rows in row order.
@@ -36,11 +37,17 @@ namespace dptrain::kernels {
 
 __global__ void embedding_forward(bf16* out, const std::int32_t* tokens, const bf16* wte, const bf16* wpe,
                                   std::size_t N, std::size_t T, std::size_t C) {
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < N * C;
-       i += std::size_t(gridDim.x) * blockDim.x) {
+  // Rows of C channels, contiguous in out, wte and wpe: 16-byte runs where C is a multiple of kVector.
+  const bool vectorized = C % kVector == 0 && aligned16(out, wte, wpe);
+  for_each_element(N * C, vectorized, [=](auto width, std::size_t i) {
+    constexpr unsigned W = decltype(width)::value;
     const std::size_t n = i / C, c = i % C;
-    out[i] = to_bf16_rne(to_f32(wte[std::size_t(tokens[n]) * C + c]) + to_f32(wpe[(n % T) * C + c]));
-  }
+    const Lanes<bf16, W> token = load_lanes<W>(wte + std::size_t(tokens[n]) * C + c);
+    const Lanes<bf16, W> position = load_lanes<W>(wpe + (n % T) * C + c);
+    Lanes<bf16, W> sum;
+    for (unsigned k = 0; k < W; ++k) sum.at[k] = to_bf16_rne(to_f32(token.at[k]) + to_f32(position.at[k]));
+    store_lanes<W>(out + i, sum);
+  });
 }
 
 __global__ void embedding_backward_wpe(float* dwpe, const bf16* dout, std::size_t N, std::size_t T, std::size_t C) {

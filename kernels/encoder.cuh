@@ -9,7 +9,7 @@ namespace dptrain::kernels {
 // out[n,c] = bf16(wte[tokens[n],c] + wpe[n % T, c]), the sum in fp32. Precondition: 0 ≤ tokens[n] < V.
 __global__ void embedding_forward(bf16* out, const std::int32_t* tokens, const bf16* wte, const bf16* wpe,
                                   std::size_t N, std::size_t T, std::size_t C);
-inline Launch embedding_forward_launch(std::size_t N, std::size_t C) { return elementwise_launch(N * C); }
+inline Launch embedding_forward_launch(std::size_t N, std::size_t C) { return vectorized_launch(N * C); }
 
 // dwte[V,C] += Σ_{n: tokens[n] = v} dout[n,c], fp32, the rows of each token added in row order.
 __global__ void embedding_backward_wte(float* dwte, const bf16* dout, const std::int32_t* tokens, std::size_t N,

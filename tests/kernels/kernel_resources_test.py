@@ -10,7 +10,8 @@ each kernel issues); where cuobjdump is found (on the PATH or beside nvcc), also
   - any kernel spills registers to local memory;
   - any kernel has a stack frame, but embedding_backward_wte, whose 16 slot tags are an array indexed by token
     (64 bytes, kept per thread on purpose: kernels/encoder.cu);
-  - a kernel that kernels/vectorized.cuh vectorises (elementwise.cu, optimizer.cu, the permutes of attention.cu)
+  - a kernel that kernels/vectorized.cuh vectorises (elementwise.cu, optimizer.cu, the permutes of attention.cu,
+    the embedding's forward)
     issues no 16-byte global load
     and store (ld.global.v4 / st.global.v4 in the PTX; LDG.E.128 / STG.E.128 in the SASS where it is read): its
     wide path would have been compiled away.
@@ -25,7 +26,8 @@ import tempfile
 STACK_ALLOWED = {"embedding_backward_wte": 64}
 # The kernels written over for_each_element (kernels/vectorized.cuh).
 VECTORISED = {"gelu_forward", "gelu_backward", "reduce_add_bf16", "add_f32", "cast_f32_to_bf16", "cast_bf16_to_f32",
-              "adamw_f32_grad", "adamw_bf16_grad", "permute_qkv", "unpermute", "permute_heads", "unpermute_qkv"}
+              "adamw_f32_grad", "adamw_bf16_grad", "permute_qkv", "unpermute", "permute_heads", "unpermute_qkv",
+              "embedding_forward"}
 
 
 def kernel_name(mangled):

@@ -1,4 +1,5 @@
-// The memory-bound kernels' two paths (kernels/vectorized.cuh: elementwise.cu, AdamW, attention's permutes): with
+// The memory-bound kernels' two paths (kernels/vectorized.cuh: elementwise.cu, AdamW, attention's permutes, the
+// embedding's forward): with
 // every array 16-byte aligned they move kVector elements per 16-byte access, with any array off a 16-byte boundary
 // one element at a time. Each kernel must give the same bits on both, at lengths around a vector (1, 7, 8, 9, …: the
 // tail after the last whole vector), and take the wide path exactly when it may: the harness counts every 16-byte
@@ -21,6 +22,7 @@
 
 #include "../../kernels/attention.cu"
 #include "../../kernels/elementwise.cu"
+#include "../../kernels/encoder.cu"
 #include "../../kernels/optimizer.cu"
 #include "kernel_test_util.hpp"
 
@@ -288,6 +290,39 @@ TEST_F(Vectorized, AttentionPermutesGiveTheSameBitsOnBothPaths) {
                           static_cast<const bf16*>(a[2].data), static_cast<const bf16*>(a[3].data), s.B, s.T, s.C,
                           s.NH);
     });
+  }
+}
+
+// The embedding's forward adds rows of C channels: 16-byte runs where C is a multiple of kVector (C = 20: never).
+TEST_F(Vectorized, EmbeddingForwardGivesTheSameBitsOnBothPaths) {
+  struct Shape {
+    std::size_t N, T, C, V;
+  };
+  for (const Shape& s : {Shape{10, 4, 24, 7}, Shape{6, 3, 20, 5}}) {
+    SCOPED_TRACE(::testing::Message() << "N " << s.N << " T " << s.T << " C " << s.C << " V " << s.V);
+    std::vector<std::int32_t> tokens(s.N);
+    for (std::int32_t& t : tokens) t = std::uniform_int_distribution<std::int32_t>(0, std::int32_t(s.V) - 1)(rng);
+    const std::vector<bf16> wte = random_bf16(rng, s.V * s.C, -1, 1), wpe = random_bf16(rng, s.T * s.C, -1, 1);
+    const std::size_t vectors = s.C % kernels::kVector == 0 ? s.N * s.C / kernels::kVector : 0;
+    auto run = [&](const std::array<unsigned, 3>& shift) {
+      Placed<bf16> out(std::vector<bf16>(s.N * s.C, to_bf16(NAN)), shift[0]);
+      const Placed<bf16> token_rows(wte, shift[1]), position_rows(wpe, shift[2]);
+      const std::size_t before = vector_accesses();
+      cuda_on_cpu::launch(kernels::embedding_forward, kernels::embedding_forward_launch(s.N, s.C), out.data,
+                          static_cast<const std::int32_t*>(tokens.data()), static_cast<const bf16*>(token_rows.data),
+                          static_cast<const bf16*>(position_rows.data), s.N, s.T, s.C);
+      return std::pair(bit_patterns(out.values()), vector_accesses() - before);
+    };
+    const auto aligned = run({});
+    EXPECT_EQ(aligned.second, vectors * 3);  // two rows read, one written
+    for (std::size_t which = 0; which < 3; ++which)
+      for (const unsigned shift : kShifts) {
+        std::array<unsigned, 3> shifts{};
+        shifts[which] = shift;
+        const auto off = run(shifts);
+        EXPECT_EQ(off.second, 0u) << "array " << which << " shifted by " << shift;
+        ASSERT_EQ(off.first, aligned.first) << "array " << which << " shifted by " << shift;
+      }
   }
 }
 
