@@ -1,8 +1,9 @@
-// 16-byte accesses for the memory-bound kernels (elementwise.cu, optimizer.cu): each thread moves kVector
-// consecutive elements per step, 8 BF16 in one 16-byte load or store, 8 fp32 in two, instead of one 2- or 4-byte
-// access per element (on Hopper a warp's 2-byte accesses fill a quarter of what one instruction can move). Where a
-// pointer of the call is not 16-byte aligned (a slice at an odd offset), the kernel takes one element at a time
-// instead; either way every element gets the same arithmetic, so the bits do not depend on the path.
+// 16-byte accesses for the memory-bound kernels (elementwise.cu, optimizer.cu, attention's permutes, the embedding's
+// forward): each thread moves kVector consecutive elements per step, 8 BF16 in one 16-byte load or store, 8 fp32 in
+// two, instead of one 2- or 4-byte access per element (on Hopper a warp's 2-byte accesses fill a quarter of what one
+// instruction can move). Where a pointer of the call is not 16-byte aligned (a slice at an odd offset), the kernel
+// takes one element at a time instead; either way every element gets the same arithmetic, so the bits do not depend
+// on the path.
 //
 //   for_each_element(n, aligned16(out, in), [=](auto width, std::size_t i) {  // elements [i, i + W)
 //     constexpr unsigned W = decltype(width)::value;                         // kVector, or 1
