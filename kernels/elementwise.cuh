@@ -14,7 +14,4 @@ __global__ void add_f32(float* out, const float* a, std::size_t n);             
 __global__ void cast_f32_to_bf16(bf16* out, const float* in, std::size_t n);                 // RNE, as core/bf16.hpp
 __global__ void cast_bf16_to_f32(float* out, const bf16* in, std::size_t n);                 // exact
 
-// One thread per element (the embedding's kernels); the kernels of this file take vectorized_launch(n).
-inline Launch elementwise_launch(std::size_t n) { return grid_stride_launch(n); }
-
 }  // namespace dptrain::kernels

@@ -36,6 +36,6 @@ inline Launch embedding_backward_wte_launch(std::size_t N, std::size_t C) {
   return {dim3(wte_channel_groups(C) * wte_buckets(N)), dim3(kWteThreads), kWteSlots * kWteThreads * sizeof(float)};
 }
 // One thread per element of dwpe, each summing its N/T rows.
-inline Launch embedding_backward_wpe_launch(std::size_t T, std::size_t C) { return elementwise_launch(T * C); }
+inline Launch embedding_backward_wpe_launch(std::size_t T, std::size_t C) { return grid_stride_launch(T * C); }
 
 }  // namespace dptrain::kernels

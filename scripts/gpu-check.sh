@@ -66,16 +66,13 @@ summary = {
     "pytorch_tokens_per_s": float(eager) if eager else None,
     "pytorch_compile_tokens_per_s": float(compiled) if compiled else None,
 }
-def exit_status(name):  # the "... exit N" a step appended to its log; absent where the step did not run
-    p = os.path.join(out, name)
-    if not os.path.exists(p):
-        return
-    last = open(p).read().strip().split()
-    return int(last[-1]) if last and last[-1].lstrip("-").isdigit() else None
+# The "... exit N" each step appended to its log (None if unreadable); no key where the step did not run.
 for key, name in [("kernel_resources_exit", "kernel-resources.txt")] + [
         (f"sanitizer_{tool}_exit", f"sanitizer-{tool}.txt") for tool in ("memcheck", "racecheck", "synccheck", "initcheck")]:
-    if os.path.exists(os.path.join(out, name)):
-        summary[key] = exit_status(name)
+    p = os.path.join(out, name)
+    if os.path.exists(p):
+        last = open(p).read().strip().split()
+        summary[key] = int(last[-1]) if last and last[-1].lstrip("-").isdigit() else None
 log = os.path.join(out, f"train-b{batch}.jsonl")
 if batch and os.path.exists(log):
     rows = []

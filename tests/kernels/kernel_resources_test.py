@@ -3,9 +3,9 @@
 
 Usage: kernel_resources_test.py NVCC SOURCE_DIR
 
-Compiles each kernels/*.cu as the build does (C++17, sm_90) twice: to a cubin with ptxas's resource report
-(registers, stack frame, spill stores and loads, shared memory per kernel) and to PTX (the global loads and stores
-each kernel issues); where cuobjdump is found (on the PATH or beside nvcc), also reads the cubin's machine code
+Compiles each kernels/*.cu as the build does (C++17, sm_90) to PTX (the global loads and stores each kernel
+issues), and assembles that with ptxas into a cubin, reading its resource report (registers, stack frame, spill
+stores and loads, shared memory per kernel); where cuobjdump is found (on the PATH or beside nvcc), also reads the cubin's machine code
 (SASS). Prints one row per kernel and fails where:
   - any kernel spills registers to local memory;
   - any kernel has a stack frame, but embedding_backward_wte, whose 16 slot tags are an array indexed by token
@@ -48,14 +48,16 @@ def run_tool(command, what):
     return run
 
 
-def nvcc_command(nvcc, source, include, out, *mode):
-    """The build's compilation of one kernel file (C++17, sm_90) to `out`, in `mode` (-cubin, -ptx)."""
-    return [nvcc, "-std=c++17", "-arch=sm_90", *mode, "-I", include, "-I", source.parent, source, "-o", out]
+def ptx_of(nvcc, source, include, ptx):
+    """The build's compilation of one kernel file (C++17, sm_90), stopped at the PTX."""
+    run_tool([nvcc, "-std=c++17", "-arch=sm_90", "-ptx", "-I", include, "-I", source.parent, source, "-o", ptx],
+             f"nvcc -ptx on {source.name}")
 
 
-def resource_report(nvcc, source, include, out):
-    """{kernel: {registers, stack, spill_stores, spill_loads, smem}} from ptxas -v."""
-    run = run_tool(nvcc_command(nvcc, source, include, out, "-cubin", "--resource-usage"), f"nvcc on {source.name}")
+def resource_report(ptxas, ptx, cubin):
+    """{kernel: {registers, stack, spill_stores, spill_loads, smem}} from ptxas -v, assembling the PTX to the cubin
+    (what nvcc would have run next)."""
+    run = run_tool([ptxas, "-arch=sm_90", "-v", ptx, "-o", cubin], f"ptxas on {ptx.name}")
     kernels, current = {}, None
     for line in run.stderr.splitlines():
         if m := re.search(r"Function properties for (\S+)", line):
@@ -71,11 +73,10 @@ def resource_report(nvcc, source, include, out):
     return kernels
 
 
-def global_accesses(nvcc, source, include, out):
+def global_accesses(ptx):
     """{kernel: (16-byte global loads, 16-byte global stores)} from the PTX."""
-    run_tool(nvcc_command(nvcc, source, include, out, "-ptx"), f"nvcc -ptx on {source.name}")
     accesses = {}
-    for m in re.finditer(r"\.entry (\S+)\((.*?)\n\}\n", out.read_text(), re.S):
+    for m in re.finditer(r"\.entry (\S+)\((.*?)\n\}\n", ptx.read_text(), re.S):
         body = m.group(2)
         accesses[kernel_name(m.group(1))] = (len(re.findall(r"\bld\.global(?:\.(?:nc|ca|cg|cs|lu|cv))?\.v4\.", body)),
                                              len(re.findall(r"\bst\.global(?:\.(?:wb|cg|cs|wt))?\.v4\.", body)))
@@ -102,15 +103,21 @@ def main():
         sys.exit(__doc__)
     nvcc, root = sys.argv[1], pathlib.Path(sys.argv[2])
     include = str(root / "include")
-    cuobjdump = shutil.which("cuobjdump") or shutil.which("cuobjdump", path=str(pathlib.Path(nvcc).parent))
+    beside_nvcc = str(pathlib.Path(nvcc).parent)
+    ptxas = shutil.which("ptxas", path=beside_nvcc) or shutil.which("ptxas")
+    cuobjdump = shutil.which("cuobjdump") or shutil.which("cuobjdump", path=beside_nvcc)
+    if not ptxas:
+        sys.exit(f"no ptxas beside {nvcc} or on the PATH")
     sources = sorted((root / "kernels").glob("*.cu"))
     problems, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         for source in sources:
-            report = resource_report(nvcc, source, include, tmp / (source.stem + ".cubin"))
-            wide = global_accesses(nvcc, source, include, tmp / (source.stem + ".ptx"))
-            sass = sass_accesses(cuobjdump, tmp / (source.stem + ".cubin")) if cuobjdump else {}
+            ptx, cubin = tmp / (source.stem + ".ptx"), tmp / (source.stem + ".cubin")
+            ptx_of(nvcc, source, include, ptx)
+            report = resource_report(ptxas, ptx, cubin)
+            wide = global_accesses(ptx)
+            sass = sass_accesses(cuobjdump, cubin) if cuobjdump else {}
             if not report:
                 problems.append(f"{source.name}: ptxas reported no kernel")
             for name, r in sorted(report.items()):

@@ -127,6 +127,31 @@ void expect_paths_agree(Kernel kernel, std::size_t per_vector, Make make) {
   }
 }
 
+// A kernel over BF16 arrays only, launched by `call` on the arrays placed as it is given them: the same bits in
+// every array with all of them aligned (`accesses` 16-byte accesses) and with each in turn 1, 3 or 7 elements off
+// (none).
+template <typename Call>
+void expect_bf16_paths_agree(const std::vector<std::vector<bf16>>& start, std::size_t accesses, Call call) {
+  auto run = [&](std::size_t which, unsigned shift) {
+    std::vector<Placed<bf16>> arrays;
+    arrays.reserve(start.size());
+    for (std::size_t a = 0; a < start.size(); ++a) arrays.emplace_back(start[a], a == which ? shift : 0);
+    const std::size_t before = vector_accesses();
+    call(arrays);
+    std::vector<std::vector<std::uint32_t>> after;
+    for (const Placed<bf16>& a : arrays) after.push_back(bit_patterns(a.values()));
+    return std::pair(after, vector_accesses() - before);
+  };
+  const auto aligned = run(0, 0);
+  EXPECT_EQ(aligned.second, accesses);
+  for (std::size_t which = 0; which < start.size(); ++which)
+    for (const unsigned shift : kShifts) {
+      const auto off = run(which, shift);
+      EXPECT_EQ(off.second, 0u) << "array " << which << " shifted by " << shift;
+      ASSERT_EQ(off.first, aligned.first) << "array " << which << " shifted by " << shift;
+    }
+}
+
 class Vectorized : public KernelTest {};
 
 __global__ void load_eight(float* sum, const bf16* p) {
@@ -253,24 +278,7 @@ TEST_F(Vectorized, AttentionPermutesGiveTheSameBitsOnBothPaths) {
     auto check = [&](const char* name, const std::vector<std::vector<bf16>>& start, std::size_t per_vector,
                      auto call) {
       SCOPED_TRACE(name);
-      auto run = [&](std::size_t which, unsigned shift) {
-        std::vector<Placed<bf16>> arrays;
-        arrays.reserve(start.size());
-        for (std::size_t a = 0; a < start.size(); ++a) arrays.emplace_back(start[a], a == which ? shift : 0);
-        const std::size_t before = vector_accesses();
-        call(arrays);
-        std::vector<std::vector<std::uint32_t>> after;
-        for (const Placed<bf16>& a : arrays) after.push_back(bit_patterns(a.values()));
-        return std::pair(after, vector_accesses() - before);
-      };
-      const auto aligned = run(0, 0);
-      EXPECT_EQ(aligned.second, vectors * per_vector);
-      for (std::size_t which = 0; which < start.size(); ++which)
-        for (const unsigned shift : kShifts) {
-          const auto off = run(which, shift);
-          EXPECT_EQ(off.second, 0u) << "array " << which << " shifted by " << shift;
-          ASSERT_EQ(off.first, aligned.first) << "array " << which << " shifted by " << shift;
-        }
+      expect_bf16_paths_agree(start, vectors * per_vector, call);
     };
     auto bf16s = [&](std::size_t count) { return random_bf16(rng, count, -4, 4); };
     check("permute_qkv", {poison, poison, poison, bf16s(3 * n)}, 6, [&](std::vector<Placed<bf16>>& a) {
@@ -304,25 +312,13 @@ TEST_F(Vectorized, EmbeddingForwardGivesTheSameBitsOnBothPaths) {
     for (std::int32_t& t : tokens) t = std::uniform_int_distribution<std::int32_t>(0, std::int32_t(s.V) - 1)(rng);
     const std::vector<bf16> wte = random_bf16(rng, s.V * s.C, -1, 1), wpe = random_bf16(rng, s.T * s.C, -1, 1);
     const std::size_t vectors = s.C % kernels::kVector == 0 ? s.N * s.C / kernels::kVector : 0;
-    auto run = [&](const std::array<unsigned, 3>& shift) {
-      Placed<bf16> out(std::vector<bf16>(s.N * s.C, to_bf16(NAN)), shift[0]);
-      const Placed<bf16> token_rows(wte, shift[1]), position_rows(wpe, shift[2]);
-      const std::size_t before = vector_accesses();
-      cuda_on_cpu::launch(kernels::embedding_forward, kernels::embedding_forward_launch(s.N, s.C), out.data,
-                          static_cast<const std::int32_t*>(tokens.data()), static_cast<const bf16*>(token_rows.data),
-                          static_cast<const bf16*>(position_rows.data), s.N, s.T, s.C);
-      return std::pair(bit_patterns(out.values()), vector_accesses() - before);
-    };
-    const auto aligned = run({});
-    EXPECT_EQ(aligned.second, vectors * 3);  // two rows read, one written
-    for (std::size_t which = 0; which < 3; ++which)
-      for (const unsigned shift : kShifts) {
-        std::array<unsigned, 3> shifts{};
-        shifts[which] = shift;
-        const auto off = run(shifts);
-        EXPECT_EQ(off.second, 0u) << "array " << which << " shifted by " << shift;
-        ASSERT_EQ(off.first, aligned.first) << "array " << which << " shifted by " << shift;
-      }
+    // Two rows read, one written per vector.
+    expect_bf16_paths_agree(
+        {std::vector<bf16>(s.N * s.C, to_bf16(NAN)), wte, wpe}, vectors * 3, [&](std::vector<Placed<bf16>>& a) {
+          cuda_on_cpu::launch(kernels::embedding_forward, kernels::embedding_forward_launch(s.N, s.C), a[0].data,
+                              static_cast<const std::int32_t*>(tokens.data()), static_cast<const bf16*>(a[1].data),
+                              static_cast<const bf16*>(a[2].data), s.N, s.T, s.C);
+        });
   }
 }
 
