@@ -1,8 +1,9 @@
 // The fused classifier: softmax cross-entropy with the probabilities over the logits and the dlogits over the
-// probabilities, one block per row; the loss sum in one block. Every reduction has a fixed order (each thread's
-// strided share, a butterfly per warp, the warps in order; a halving tree for the loss sum), so every run gives the
-// same bits.
+// probabilities, one block per row, the row in 16-byte accesses where aligned; the loss sum in one block. Every
+// reduction has a fixed order (each thread's chunks of 8 in turn, a butterfly per warp, the warps in order; a
+// halving tree for the loss sum), so every run gives the same bits, on either access path.
 #include "classifier.cuh"
+#include "vectorized.cuh"
 
 namespace dptrain::kernels {
 namespace {
@@ -33,16 +34,27 @@ __global__ void classifier_forward(bf16* logits, float* losses, const std::int32
   // Read before the merge's __syncthreads: after it the row is overwritten.
   const float x_target = to_f32(row[target]);
   // The denominator over every logit but the target's, which is added at the end: then the loss is
-  // log(1 + Σ_{j≠t} exp(x_j − x_t)), accurate however small that sum is (as p[target] nears 1).
+  // log(1 + Σ_{j≠t} exp(x_j − x_t)), accurate however small that sum is (as p[target] nears 1). The row in 16-byte
+  // accesses where it starts 16-byte aligned (rows of a multiple of 8 elements: the padded logits).
+  const bool vectorized = aligned16(row);
   float m = -INFINITY, s = 0.0f;
-  for (std::size_t j = threadIdx.x; j < V; j += blockDim.x)
-    if (j != target) softmax_add(m, s, to_f32(row[j]));
+  for_each_chunk(threadIdx.x, blockDim.x, V, vectorized, [&](auto width, std::size_t j) {
+    constexpr unsigned W = decltype(width)::value;
+    const Lanes<bf16, W> x = load_lanes<W>(row + j);
+    for (unsigned k = 0; k < W; ++k)
+      if (j + k != target) softmax_add(m, s, to_f32(x.at[k]));
+  });
   block_softmax_merge(m, s);
   // m − x_t > 88 overflows the product to +∞: such a loss is past the cap anyway.
   if (threadIdx.x == 0) losses[n] = fminf(log1pf(s * expf(m - x_target)), -logf(1e-30f));
   const float top = fmaxf(m, x_target);
   const float inv = 1.0f / (s * expf(m - top) + expf(x_target - top));
-  for (std::size_t j = threadIdx.x; j < V; j += blockDim.x) row[j] = to_bf16_rne(expf(to_f32(row[j]) - top) * inv);
+  for_each_chunk(threadIdx.x, blockDim.x, V, vectorized, [&](auto width, std::size_t j) {
+    constexpr unsigned W = decltype(width)::value;
+    Lanes<bf16, W> x = load_lanes<W>(row + j);
+    for (unsigned k = 0; k < W; ++k) x.at[k] = to_bf16_rne(expf(to_f32(x.at[k]) - top) * inv);
+    store_lanes<W>(row + j, x);
+  });
 }
 
 __global__ void loss_sum(double* acc, const float* losses, std::size_t N) {
@@ -64,10 +76,14 @@ __global__ void classifier_backward(bf16* probs, const float* losses, const std:
   if (n >= N) return;
   bf16* row = probs + n * ld;
   const std::size_t target = std::size_t(targets[n]);
-  for (std::size_t j = threadIdx.x; j < V; j += blockDim.x) {
-    const float p_minus_onehot = j == target ? expm1f(-losses[n]) : to_f32(row[j]);
-    row[j] = to_bf16_rne(p_minus_onehot * dloss);
-  }
+  const float p_target_minus_one = expm1f(-losses[n]);
+  for_each_chunk(threadIdx.x, blockDim.x, V, aligned16(row), [&](auto width, std::size_t j) {
+    constexpr unsigned W = decltype(width)::value;
+    Lanes<bf16, W> x = load_lanes<W>(row + j);
+    for (unsigned k = 0; k < W; ++k)
+      x.at[k] = to_bf16_rne((j + k == target ? p_target_minus_one : to_f32(x.at[k])) * dloss);
+    store_lanes<W>(row + j, x);
+  });
 }
 
 }  // namespace dptrain::kernels

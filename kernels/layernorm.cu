@@ -3,11 +3,13 @@
 // the row (mean, then Σ(x − mean)²) as the CPU backend does: no catastrophic cancellation on rows far from zero.
 //
 // Backward: a block takes a contiguous range of rows (reductions.cuh's partition). The input gradient needs two
-// sums over each row, so one warp per row computes it as the forward does; the parameter gradients need sums over
+// sums over each row, so one warp per row computes it, each lane taking chunks of 8 elements (16-byte accesses where
+// the rows are aligned, vectorized.cuh); the parameter gradients need sums over
 // rows, so afterwards each thread owns columns and adds the block's rows in order into registers, writing one
 // partial per block (re-reading the rows, which the first pass has just brought into cache). sum_partials then
 // adds the blocks' partials in block order: no atomics, the same bits on every run.
 #include "layernorm.cuh"
+#include "vectorized.cuh"
 
 namespace dptrain::kernels {
 
@@ -44,19 +46,31 @@ __global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, 
   for (std::size_t row = first + threadIdx.x / 32; row < last; row += warps) {  // whole warps leave together
     const bf16* d = dout + row * C;
     const bf16* x = in + row * C;
-    const float m = mean[row], s = rstd[row];
-    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-    for (std::size_t c = lane; c < C; c += 32) {
-      const float dnorm = to_f32(w[c]) * to_f32(d[c]);
-      dnorm_sum += dnorm;
-      dnorm_norm_sum += dnorm * ((to_f32(x[c]) - m) * s);
-    }
-    const float dnorm_mean = warp_sum(dnorm_sum) / float(C), dnorm_norm_mean = warp_sum(dnorm_norm_sum) / float(C);
     bf16* dx = din + row * C;
-    for (std::size_t c = lane; c < C; c += 32) {
-      const float norm = (to_f32(x[c]) - m) * s;
-      dx[c] = to_bf16_rne(to_f32(dx[c]) + (to_f32(w[c]) * to_f32(d[c]) - dnorm_mean - norm * dnorm_norm_mean) * s);
-    }
+    const float m = mean[row], s = rstd[row];
+    const bool vectorized = aligned16(d, x, w, dx);  // rows of a multiple of 8 elements
+    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+    for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
+      constexpr unsigned W = decltype(width)::value;
+      const Lanes<bf16, W> wc = load_lanes<W>(w + c), dc = load_lanes<W>(d + c), xc = load_lanes<W>(x + c);
+      for (unsigned k = 0; k < W; ++k) {
+        const float dnorm = to_f32(wc.at[k]) * to_f32(dc.at[k]);
+        dnorm_sum += dnorm;
+        dnorm_norm_sum += dnorm * ((to_f32(xc.at[k]) - m) * s);
+      }
+    });
+    const float dnorm_mean = warp_sum(dnorm_sum) / float(C), dnorm_norm_mean = warp_sum(dnorm_norm_sum) / float(C);
+    for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
+      constexpr unsigned W = decltype(width)::value;
+      const Lanes<bf16, W> wc = load_lanes<W>(w + c), dc = load_lanes<W>(d + c), xc = load_lanes<W>(x + c);
+      Lanes<bf16, W> out = load_lanes<W>(dx + c);
+      for (unsigned k = 0; k < W; ++k) {
+        const float norm = (to_f32(xc.at[k]) - m) * s;
+        out.at[k] = to_bf16_rne(to_f32(out.at[k]) +
+                                (to_f32(wc.at[k]) * to_f32(dc.at[k]) - dnorm_mean - norm * dnorm_norm_mean) * s);
+      }
+      store_lanes<W>(dx + c, out);
+    });
   }
   float* partial = scratch + std::size_t(blockIdx.x) * 2 * C;
   for (std::size_t c = threadIdx.x; c < C; c += blockDim.x) {

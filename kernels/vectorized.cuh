@@ -1,9 +1,9 @@
 // 16-byte accesses for the memory-bound kernels (elementwise.cu, optimizer.cu, attention's permutes, the embedding's
-// forward): each thread moves kVector consecutive elements per step, 8 BF16 in one 16-byte load or store, 8 fp32 in
-// two, instead of one 2- or 4-byte access per element (on Hopper a warp's 2-byte accesses fill a quarter of what one
-// instruction can move). Where a pointer of the call is not 16-byte aligned (a slice at an odd offset), the kernel
-// takes one element at a time instead; either way every element gets the same arithmetic, so the bits do not depend
-// on the path.
+// forward, the classifier's rows, the LayerNorm backward's rows): each thread moves kVector consecutive elements per
+// step, 8 BF16 in one 16-byte load or store, 8 fp32 in two, instead of one 2- or 4-byte access per element (on Hopper
+// a warp's 2-byte accesses fill a quarter of what one instruction can move). Where a pointer of the call is not
+// 16-byte aligned (a slice at an odd offset), the kernel takes one element at a time instead; either way every
+// element gets the same arithmetic, so the bits do not depend on the path.
 //
 //   for_each_element(n, aligned16(out, in), [=](auto width, std::size_t i) {  // elements [i, i + W)
 //     constexpr unsigned W = decltype(width)::value;                         // kVector, or 1
@@ -83,6 +83,22 @@ __device__ __forceinline__ void for_each_element(std::size_t n, bool vectorized,
     done = vectors * kVector;
   }
   for (std::size_t i = done + first; i < n; i += threads) step(Width<1>{}, i);
+}
+
+// Threads `thread` of `threads` over n elements in chunks of kVector: the thread takes chunks thread, thread +
+// threads, …, each in one step(Width<kVector>{}, first element) where `vectorized` and the chunk is whole, else
+// element by element, step(Width<1>{}, i). A thread sees the same elements in the same order on either path, so a
+// reduction over them gives the same bits whatever the alignment. For a row per block (thread = threadIdx.x,
+// threads = blockDim.x) or a row per warp (the lane of 32).
+template <typename Step>
+__device__ __forceinline__ void for_each_chunk(std::size_t thread, std::size_t threads, std::size_t n,
+                                               bool vectorized, Step step) {
+  for (std::size_t first = thread * kVector; first < n; first += threads * kVector)
+    if (vectorized && first + kVector <= n) {
+      step(Width<kVector>{}, first);
+    } else {
+      for (std::size_t i = first; i < n && i < first + kVector; ++i) step(Width<1>{}, i);
+    }
 }
 
 // 256 threads per block, one per `threads` up to 65,536 blocks, then grid-stride.

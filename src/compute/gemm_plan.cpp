@@ -166,6 +166,55 @@ UnfusedBias unfused_bias_plans(const GemmPlan& plan) {
   return {broadcast, product};
 }
 
+namespace {
+
+enum class Dimension { m, n, k };
+
+// The part split along one dimension where it is ragged: [the multiple of 8, the remainder] for m and n, [the
+// remainder, the multiple of 8 onto it] for k; the part alone otherwise.
+std::vector<GemmPart> split(const GemmPart& part, Dimension dimension) {
+  const GemmPlan& p = part.plan;
+  const i64 size = dimension == Dimension::m ? p.m : dimension == Dimension::n ? p.n : p.k;
+  const i64 aligned = size / kGemmAlignedMultiple * kGemmAlignedMultiple, rest = size - aligned;
+  if (aligned == 0 || rest == 0) return {part};
+  GemmPart head = part, tail = part;
+  const bool a_n = p.transa == GemmOp::N, b_n = p.transb == GemmOp::N;
+  switch (dimension) {
+    case Dimension::m:  // rows of op(A) and of D, and the bias
+      head.plan.m = aligned, tail.plan.m = rest;
+      tail.offset_a += a_n ? aligned : aligned * p.lda;
+      tail.offset_c += aligned;
+      tail.offset_bias += aligned;
+      return {head, tail};
+    case Dimension::n:  // columns of op(B) and of D
+      head.plan.n = aligned, tail.plan.n = rest;
+      tail.offset_b += b_n ? aligned * p.ldb : aligned;
+      tail.offset_c += aligned * p.ldc;
+      return {head, tail};
+    case Dimension::k:  // columns of op(A), rows of op(B): the remainder first, then the rest added onto it
+      head.plan.k = aligned, tail.plan.k = rest;
+      tail.offset_a += a_n ? aligned * p.lda : aligned;
+      tail.offset_b += b_n ? aligned : aligned * p.ldb;
+      head.plan.beta = 1.0f;
+      head.plan.bias_epilogue = false;
+      return {tail, head};
+  }
+  return {part};
+}
+
+}  // namespace
+
+std::vector<GemmPart> gemm_aligned_parts(const GemmPlan& plan) {
+  std::vector<GemmPart> parts{{plan}};
+  for (const Dimension dimension : {Dimension::m, Dimension::n, Dimension::k}) {
+    std::vector<GemmPart> finer;
+    for (const GemmPart& part : parts)
+      for (const GemmPart& piece : split(part, dimension)) finer.push_back(piece);
+    parts = std::move(finer);
+  }
+  return parts;
+}
+
 std::string gemm_plan_problem(const GemmPlan& p) {
   if (p.m < 1 || p.n < 1 || p.k < 1) return "m, n and k must be at least 1";
   if (p.batch < 1) return "batch must be at least 1";

@@ -11,6 +11,7 @@
 #include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -73,6 +74,22 @@ void replay(const GemmPlan& p, Tensors& tensors, const std::vector<float>* bias 
   }
 }
 
+// The plan run as its aligned parts (gemm_aligned_parts), each on its operands advanced by the part's offsets, as
+// the GemmRunner does: a part's arrays are the rest of the plan's from its offset on.
+void replay_parts(const GemmPlan& p, Tensors& tensors, const std::vector<float>* bias = nullptr) {
+  for (const GemmPart& part : gemm_aligned_parts(p)) {
+    const auto from = [](const std::vector<float>& v, std::int64_t offset) {
+      return std::vector<float>(v.begin() + offset, v.end());
+    };
+    Tensors shifted{{p.a, from(tensors.at(p.a), part.offset_a)},
+                    {p.b, from(tensors.at(p.b), part.offset_b)},
+                    {p.c, from(tensors.at(p.c), part.offset_c)}};
+    const std::vector<float> part_bias = bias ? from(*bias, part.offset_bias) : std::vector<float>{};
+    replay(part.plan, shifted, part.plan.bias_epilogue ? &part_bias : nullptr);
+    std::copy(shifted.at(p.c).begin(), shifted.at(p.c).end(), tensors.at(p.c).begin() + part.offset_c);
+  }
+}
+
 // A row-major product as the reference computes it: output = alpha·op(X)·op(Y) + beta·output, each factor read
 // from its row-major array, transposed or not, batch member after batch member.
 struct Product {
@@ -93,13 +110,18 @@ using DimsOf = std::function<Dims(O)>;
 // output's columns past cols (its rows' padding) as they were. alpha and beta are the product's, checked against
 // the plan's.
 void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product, const DimsOf& dims,
-                           std::size_t batch, float alpha, float beta, const std::vector<float>* bias = nullptr) {
+                           std::size_t batch, float alpha, float beta, const std::vector<float>* bias = nullptr,
+                           bool by_parts = false) {
   EXPECT_EQ(p.c, product.output);
   EXPECT_EQ(p.batch, std::int64_t(batch));
   EXPECT_EQ(p.alpha, alpha);
   EXPECT_EQ(p.beta, beta);
   const std::vector<float> before = t.at(product.output);
-  replay(p, t, bias);
+  if (by_parts) {
+    replay_parts(p, t, bias);
+  } else {
+    replay(p, t, bias);
+  }
 
   const Dims x = dims(product.x), y = dims(product.y), d = dims(product.output);
   const std::size_t rows = product.x_transposed ? x.cols : x.rows, inner = product.x_transposed ? x.rows : x.cols;
@@ -264,14 +286,15 @@ GemmPlan plan_of(const ReplayCase& c, const MatmulShape& s) { return c.matmul(s.
 GemmPlan plan_of(const ReplayCase& c, const AttentionShape& s) { return c.attention(s.B, s.T, s.C, s.NH); }
 
 template <typename Shape, std::size_t count>
-void expect_replays_on(const Shape (&shapes)[count], const ReplayCase& c) {
+void expect_replays_on(const Shape (&shapes)[count], const ReplayCase& c, bool by_parts) {
   std::mt19937 rng(1);
   for (const Shape& s : shapes) {
     SCOPED_TRACE(s.describe());
     Tensors t = s.random_tensors(rng);
     const std::vector<float> bias = random_floats(s.dims(c.product.output).cols, rng);
-    expect_replay_matches(plan_of(c, s), t, c.product, [&s](O o) { return s.dims(o); }, s.batch(),
-                          c.scaled ? s.scale() : 1.0f, c.beta, c.bias ? &bias : nullptr);
+    expect_replay_matches(
+        plan_of(c, s), t, c.product, [&s](O o) { return s.dims(o); }, s.batch(), c.scaled ? s.scale() : 1.0f, c.beta,
+        c.bias ? &bias : nullptr, by_parts);
   }
 }
 
@@ -279,9 +302,19 @@ class GemmPlanReplay : public testing::TestWithParam<ReplayCase> {};
 
 TEST_P(GemmPlanReplay, MatchesTheRowMajorProductOnAwkwardShapes) {
   if (GetParam().matmul)
-    expect_replays_on(kMatmulShapes, GetParam());
+    expect_replays_on(kMatmulShapes, GetParam(), false);
   else
-    expect_replays_on(kAttentionShapes, GetParam());
+    expect_replays_on(kAttentionShapes, GetParam(), false);
+}
+
+// Run as its aligned parts, as the GemmRunner runs it: the same product within the same bound (a split k adds one
+// rounding of a partial sum, inside the k + 3 of the bound), the padding untouched. The shapes with m, n or k above
+// 8 and not a multiple of it (20, 17, 33, 13; T = 9, hs = 10) are split.
+TEST_P(GemmPlanReplay, RunAsItsAlignedPartsMatchesTheRowMajorProduct) {
+  if (GetParam().matmul)
+    expect_replays_on(kMatmulShapes, GetParam(), true);
+  else
+    expect_replays_on(kAttentionShapes, GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryProduct, GemmPlanReplay, testing::ValuesIn(kReplayCases),
@@ -423,6 +456,66 @@ TEST(GemmPlan, Bf16AlignedWhereChannelsHeadSizeAndTAreMultiplesOf8) {
   for (const GemmPlan& p : matmul_plans(MatmulShape{1024, 768, 50257, 50304})) EXPECT_TRUE(gemm_plan_aligned(p, 2));
   // fp32 needs only multiples of 4 elements.
   EXPECT_TRUE(gemm_plan_aligned(attention_scores_plan(1, 12, 16, 4), 4));
+}
+
+// The LM head of gpt2-124m at 64 windows: m = V = 50257 runs as 50256 rows and 1; the weight gradient's n = V as
+// 50256 columns and 1; the input gradient's k = V as the 1 term first (beta 0), then the 50256 onto it (beta 1).
+TEST(GemmAlignedParts, SplitTheLmHeadsVocabularyIntoAMultipleOf8AndTheRest) {
+  const std::size_t N = 65536, C = 768, V = 50257, Vp = 50304;
+  const auto forward = gemm_aligned_parts(matmul_forward_plan(N, C, V, Vp, false));
+  ASSERT_EQ(forward.size(), 2u);
+  EXPECT_EQ(forward[0].plan.m, 50256);
+  EXPECT_EQ(forward[1].plan.m, 1);
+  EXPECT_EQ(forward[1].offset_a, 50256 * std::int64_t(C));  // weight [V,C] used transposed: row 50256
+  EXPECT_EQ(forward[1].offset_b, 0);
+  EXPECT_EQ(forward[1].offset_c, 50256);  // column 50256 of every row of logits
+
+  const auto weight = gemm_aligned_parts(matmul_backward_weight_plan(N, C, V, Vp));
+  ASSERT_EQ(weight.size(), 2u);
+  EXPECT_EQ(weight[0].plan.n, 50256);
+  EXPECT_EQ(weight[1].plan.n, 1);
+  EXPECT_EQ(weight[1].offset_b, 50256);                    // dout used transposed: its column 50256
+  EXPECT_EQ(weight[1].offset_c, 50256 * std::int64_t(C));  // dweight's row 50256
+  EXPECT_EQ(weight[0].plan.beta, 1.0f);
+  EXPECT_EQ(weight[1].plan.beta, 1.0f);
+
+  const auto input = gemm_aligned_parts(matmul_backward_input_plan(N, C, V, Vp));
+  ASSERT_EQ(input.size(), 2u);
+  EXPECT_EQ(input[0].plan.k, 1);
+  EXPECT_EQ(input[0].plan.beta, 0.0f);
+  EXPECT_EQ(input[0].offset_a, 50256 * std::int64_t(C));  // weight's row 50256
+  EXPECT_EQ(input[0].offset_b, 50256);                    // dout's column 50256
+  EXPECT_EQ(input[0].offset_c, 0);
+  EXPECT_EQ(input[1].plan.k, 50256);
+  EXPECT_EQ(input[1].plan.beta, 1.0f);
+  EXPECT_EQ(input[1].offset_a, 0);
+}
+
+// Every part of every plan has each of m, n, k a multiple of 8 or below 8, and a plan with none ragged (or every
+// dimension below 8) is its only part, unchanged; the bias epilogue goes with the first part along k only.
+TEST(GemmAlignedParts, EveryPartIsAlignedOrSmallAndAnAlignedPlanIsItsOwnPart) {
+  for (const GemmPlan& p : {matmul_forward_plan(33, 20, 17, 24, true), matmul_backward_input_plan(33, 20, 17, 17),
+                            matmul_backward_weight_plan(33, 20, 17, 17), attention_output_plan(3, 9, 10, 1),
+                            attention_scores_plan(2, 13, 30, 3)}) {
+    const auto parts = gemm_aligned_parts(p);
+    EXPECT_GT(parts.size(), 1u);
+    std::int64_t bias_parts_per_block = 0;
+    for (const GemmPart& part : parts) {
+      for (const std::int64_t d : {part.plan.m, part.plan.n, part.plan.k})
+        EXPECT_TRUE(d % kGemmAlignedMultiple == 0 || d < kGemmAlignedMultiple) << d;
+      EXPECT_EQ(gemm_plan_problem(part.plan), "");
+      bias_parts_per_block += part.plan.bias_epilogue;
+    }
+    // m and n split into at most 4 blocks of D, each with its bias once.
+    if (p.bias_epilogue) EXPECT_EQ(bias_parts_per_block, 4);
+  }
+  for (const GemmPlan& p : {matmul_forward_plan(64, 768, 2304, 2304, true), attention_scores_plan(2, 16, 32, 4),
+                            matmul_forward_plan(3, 5, 7, 7, false)}) {
+    const auto parts = gemm_aligned_parts(p);
+    ASSERT_EQ(parts.size(), 1u);
+    EXPECT_EQ(parts[0].plan, p);
+    EXPECT_EQ(parts[0].offset_a + parts[0].offset_b + parts[0].offset_c + parts[0].offset_bias, 0);
+  }
 }
 
 }  // namespace

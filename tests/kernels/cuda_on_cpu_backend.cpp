@@ -56,16 +56,15 @@ std::vector<float> widen(const void* data, std::size_t n, DType dtype) {
 class BlasGemm final : public GemmRunner {
  public:
   explicit BlasGemm(Enqueue enqueue) : enqueue_(std::move(enqueue)) {}
+  // OpenBLAS packs the operands into blocks before it multiplies: the order of the additions follows the dimensions
+  // alone.
+  bool row_length_invariant() const override { return true; }
 
-  void run(const GemmPlan& p, std::initializer_list<GemmTensor> tensors, DType d_type, const void* bias) override {
-    check_gemm_bias(p, bias);  // as cuBLASLt would need it
-    const void* a = gemm_tensor(tensors, p.a);
-    const void* b = gemm_tensor(tensors, p.b);
-    void* d = const_cast<void*>(gemm_tensor(tensors, p.c));
+ private:
+  void run_part(const GemmPlan& p, const void* a, const void* b, void* d, DType d_type, const void* bias) override {
     enqueue_([=] { replay(p, a, b, d, d_type, bias); });
   }
 
- private:
   static void replay(const GemmPlan& p, const void* a_data, const void* b_data, void* d_data, DType d_type,
                      const void* bias) {
     const auto* A = static_cast<const bf16*>(a_data);

@@ -38,6 +38,7 @@ struct AdamWParams {
 struct BackendGuarantees {
   bool repeatable = false;             // the same inputs give the same bits, run after run
   bool micro_batch_invariant = false;  // a window's gradient terms do not depend on the other windows of a batch
+  bool row_length_invariant = false;   // a product's bits do not depend on its operands' row lengths (ld)
 };
 
 class Backend {

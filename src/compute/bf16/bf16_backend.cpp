@@ -91,7 +91,10 @@ class Bf16Backend final : public Backend {
   DType activation_dtype() const override { return DType::bf16; }
   DType weight_dtype() const override { return DType::bf16; }
   DType gradient_dtype() const override { return DType::f32; }
-  BackendGuarantees guarantees() const override { return {.repeatable = true, .micro_batch_invariant = false}; }
+  BackendGuarantees guarantees() const override {
+    return {
+        .repeatable = true, .micro_batch_invariant = false, .row_length_invariant = gemm_->row_length_invariant()};
+  }
 
   // A 4096³ BF16 GEMM through the model's GEMM path (cuBLASLt on a GPU), on random (not zero) data, timed with
   // the device's events over 10 back-to-back calls after 3 warm-up calls.

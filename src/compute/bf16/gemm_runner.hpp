@@ -25,9 +25,15 @@ class GemmRunner {
   virtual ~GemmRunner() = default;
   // D = plan.alpha·op(A)·op(B) + plan.beta·D (+ bias[m] over the columns where plan.bias_epilogue). A and B are
   // BF16; D (and the C it accumulates) is BF16 or fp32 (d_type); bias BF16 (given iff the plan adds one),
-  // kBiasAlignment-aligned.
-  virtual void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type,
-                   const void* bias = nullptr) = 0;
+  // kBiasAlignment-aligned. Runs the plan's aligned parts (gemm_aligned_parts) one after another.
+  void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type, const void* bias = nullptr);
+  // Whether a product's bits are the same whatever its operands' row lengths (ld) and alignment.
+  virtual bool row_length_invariant() const = 0;
+
+ protected:
+  // One part, its operands' pointers already advanced to it: A and B BF16, D of d_type, bias BF16 or null.
+  virtual void run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d_type,
+                        const void* bias) = 0;
 };
 
 // The tensor given for `role` (std::logic_error naming the role where none was).

@@ -76,7 +76,9 @@ class CpuBackend final : public Backend {
   DType gradient_dtype() const override { return DType::f32; }
   // The sgemm libraries pick their kernels by shape and CPU, not by timing, and every loop below sums in a fixed
   // order; GEMMs run window by window (matmul_backward), so a batch split into micro-batches gives the same bits.
-  BackendGuarantees guarantees() const override { return {.repeatable = true, .micro_batch_invariant = true}; }
+  BackendGuarantees guarantees() const override {
+    return {.repeatable = true, .micro_batch_invariant = true, .row_length_invariant = true};
+  }
 
   // The rate the backend's own calls reach: every thread of the team multiplying its own square matrices at once,
   // each call single-threaded, as matmul and attention call the library (about 0.1 s). n = 512 and 1024, 2 GFLOP

@@ -100,10 +100,7 @@ const void* CublasLtGemm::ones(std::size_t count) {
   return ones_.data();
 }
 
-void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d, const void* bias) {
-  const void *A = gemm_tensor(tensors, plan.a), *B = gemm_tensor(tensors, plan.b);
-  void* D = const_cast<void*>(gemm_tensor(tensors, plan.c));
-  check_gemm_bias(plan, bias);
+void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d, const void* bias) {
   const cudaDataType_t d_type = d == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const unsigned align_a = alignment_of(A, plan.lda, plan.stride_a, 2),
                  align_b = alignment_of(B, plan.ldb, plan.stride_b, 2),
@@ -111,9 +108,8 @@ void CublasLtGemm::run(const GemmPlan& plan, std::initializer_list<GemmTensor> t
   const Prepared* prepared = prepare({plan, int(d_type), align_a, align_b, align_d}, bias);
   if (prepared == nullptr && plan.bias_epilogue) {
     const UnfusedBias unfused = unfused_bias_plans(plan);
-    run(unfused.broadcast, {{GemmOperand::bias, bias}, {GemmOperand::ones, ones(std::size_t(plan.n))}, {plan.c, D}},
-        d);
-    return run(unfused.product, tensors, d);
+    run_part(unfused.broadcast, bias, ones(std::size_t(plan.n)), D, d, nullptr);
+    return run_part(unfused.product, A, B, D, d, nullptr);
   }
   if (prepared == nullptr)
     throw std::runtime_error(

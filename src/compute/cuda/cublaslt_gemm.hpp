@@ -1,6 +1,7 @@
 // CublasLtGemm: the GEMMs of the cuda backend through cuBLASLt — BF16 A and B, fp32 compute and scale, D in BF16
 // (activations) or fp32 (parameter gradients, attention scores), an optional bias epilogue. Each call is a
-// GemmPlan (compute/gemm_plan.hpp: the column-major parameters, replayed against BLAS in the CPU tests). The
+// GemmPlan (compute/gemm_plan.hpp: the column-major parameters, replayed against BLAS in the CPU tests), or one of
+// its aligned parts where m, n or k is not a multiple of 8 (GemmRunner::run splits it). The
 // heuristic's choice is cached per (plan, D type, epilogue, pointer alignments): the query costs tens of µs and
 // runs once per shape. Where it has no algorithm with the bias epilogue, the bias is added unfused
 // (unfused_bias_plans: a broadcast, then the product onto it; the same arithmetic). One 32 MiB workspace (Hopper's
@@ -10,7 +11,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -28,13 +28,15 @@ class CublasLtGemm final : public GemmRunner {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
-  // On the stream given at construction.
-  void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type,
-           const void* bias = nullptr) override;
+  // No: the heuristic's choice, and with it the order of the additions, follows the operands' alignment.
+  bool row_length_invariant() const override { return false; }
 
   static constexpr std::size_t kWorkspaceBytes = 32u << 20;
 
  private:
+  // On the stream given at construction.
+  void run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d_type, const void* bias) override;
+
   struct Prepared {
     CublasLtDescriptors descriptors;
     cublasLtMatmulAlgo_t algorithm{};
