@@ -507,7 +507,9 @@ TEST(GemmAlignedParts, EveryPartIsAlignedOrSmallAndAnAlignedPlanIsItsOwnPart) {
       bias_parts_per_block += part.plan.bias_epilogue;
     }
     // m and n split into at most 4 blocks of D, each with its bias once.
-    if (p.bias_epilogue) EXPECT_EQ(bias_parts_per_block, 4);
+    if (p.bias_epilogue) {
+      EXPECT_EQ(bias_parts_per_block, 4);
+    }
   }
   for (const GemmPlan& p : {matmul_forward_plan(64, 768, 2304, 2304, true), attention_scores_plan(2, 16, 32, 4),
                             matmul_forward_plan(3, 5, 7, 7, false)}) {
