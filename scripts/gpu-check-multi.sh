@@ -5,7 +5,7 @@
 # bundle carries (scripts/gpu-mpirun.sh). NCCL up to 2.29 refuses two ranks on one device unless each looks like a
 # host of its own (a distinct NCCL_HOSTID), which sends their traffic through host memory (NET/Socket); from 2.30,
 # NCCL_MULTI_RANK_GPU_ENABLE=1 lets them share the device. Either way the figures are of that path, never NVLink's.
-#   1. dpbench --device cuda: all-reduce, ring/tree/native, 1 MiB–256 MiB, -c 1, native as NCCL_ALGO=Ring
+#   1. dpbench --device cuda: all-reduce, ring/tree/native, 1 MiB–1 GiB, -c 1, native as NCCL_ALGO=Ring
 #      NCCL_PROTO=Simple, with NCCL's transport lines (NCCL_DEBUG=INFO) kept in $OUT/dpbench-nccl.txt; then the ring
 #      alone unpipelined (--ring-piece chunk: one NCCL group per round); then 8 B-1 MiB on a non-blocking and on a
 #      blocking communicator (--nccl-blocking), the host's cost per operation either way;
@@ -145,7 +145,7 @@ two_ranks() {  # SECONDS PROGRAM ARGS...: two ranks on the one GPU, each a host 
 # ---- 1. dpbench -------------------------------------------------------------------------------------------------
 log "dpbench --device cuda, 2 ranks ($share)"
 NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,NET NCCL_DEBUG_FILE="$OUT/dpbench-nccl.%p.txt" \
-  two_ranks 150 "$bin/dpbench" --device cuda --op allreduce --algo all -b 1M -e 256M -f 4 -n 5 -w 2 -c 1 \
+  two_ranks 150 "$bin/dpbench" --device cuda --op allreduce --algo all -b 1M -e 1G -f 4 -n 5 -w 2 -c 1 \
   --comm-timeout 60 --json "$OUT/dpbench-cuda.json" > "$OUT/dpbench-cuda.txt" 2>&1
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda.txt"
 cat "$OUT"/dpbench-nccl.*.txt > "$OUT/dpbench-nccl.txt" 2>/dev/null; rm -f "$OUT"/dpbench-nccl.*.txt
