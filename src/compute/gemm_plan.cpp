@@ -2,6 +2,7 @@
 // turned into the column-major call by one rule, row_major_product below.
 #include "dptrain/compute/gemm_plan.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "dptrain/core/error.hpp"
@@ -170,36 +171,44 @@ namespace {
 
 enum class Dimension { m, n, k };
 
+// The part restricted to [begin, end) of one dimension: that many rows of op(A) and D (m), columns of op(B) and D
+// (n) or terms of the sums (k), the operands' pointers advanced to `begin`.
+GemmPart restricted(GemmPart part, Dimension dimension, i64 begin, i64 end) {
+  const GemmPlan p = part.plan;
+  const bool a_n = p.transa == GemmOp::N, b_n = p.transb == GemmOp::N;
+  switch (dimension) {
+    case Dimension::m:
+      part.plan.m = end - begin;
+      part.offset_a += a_n ? begin : begin * p.lda;
+      part.offset_c += begin;
+      part.offset_bias += begin;
+      break;
+    case Dimension::n:
+      part.plan.n = end - begin;
+      part.offset_b += b_n ? begin * p.ldb : begin;
+      part.offset_c += begin * p.ldc;
+      break;
+    case Dimension::k:
+      part.plan.k = end - begin;
+      part.offset_a += a_n ? begin * p.lda : begin;
+      part.offset_b += b_n ? begin : begin * p.ldb;
+      break;
+  }
+  return part;
+}
+
 // The part split along one dimension where it is ragged: [the multiple of 8, the remainder] for m and n, [the
 // remainder, the multiple of 8 onto it] for k; the part alone otherwise.
 std::vector<GemmPart> split(const GemmPart& part, Dimension dimension) {
   const GemmPlan& p = part.plan;
   const i64 size = dimension == Dimension::m ? p.m : dimension == Dimension::n ? p.n : p.k;
-  const i64 aligned = size / kGemmAlignedMultiple * kGemmAlignedMultiple, rest = size - aligned;
-  if (aligned == 0 || rest == 0) return {part};
-  GemmPart head = part, tail = part;
-  const bool a_n = p.transa == GemmOp::N, b_n = p.transb == GemmOp::N;
-  switch (dimension) {
-    case Dimension::m:  // rows of op(A) and of D, and the bias
-      head.plan.m = aligned, tail.plan.m = rest;
-      tail.offset_a += a_n ? aligned : aligned * p.lda;
-      tail.offset_c += aligned;
-      tail.offset_bias += aligned;
-      return {head, tail};
-    case Dimension::n:  // columns of op(B) and of D
-      head.plan.n = aligned, tail.plan.n = rest;
-      tail.offset_b += b_n ? aligned * p.ldb : aligned;
-      tail.offset_c += aligned * p.ldc;
-      return {head, tail};
-    case Dimension::k:  // columns of op(A), rows of op(B): the remainder first, then the rest added onto it
-      head.plan.k = aligned, tail.plan.k = rest;
-      tail.offset_a += a_n ? aligned * p.lda : aligned;
-      tail.offset_b += b_n ? aligned : aligned * p.ldb;
-      head.plan.beta = 1.0f;
-      head.plan.bias_epilogue = false;
-      return {tail, head};
-  }
-  return {part};
+  const i64 aligned = size / kGemmAlignedMultiple * kGemmAlignedMultiple;
+  if (aligned == 0 || aligned == size) return {part};
+  GemmPart head = restricted(part, dimension, 0, aligned), tail = restricted(part, dimension, aligned, size);
+  if (dimension != Dimension::k) return {head, tail};
+  head.plan.beta = 1.0f;  // onto the remainder's result, whose β and bias were the plan's
+  head.plan.bias_epilogue = false;
+  return {tail, head};
 }
 
 }  // namespace
@@ -211,6 +220,33 @@ std::vector<GemmPart> gemm_aligned_parts(const GemmPlan& plan) {
     for (const GemmPart& part : parts)
       for (const GemmPart& piece : split(part, dimension)) finer.push_back(piece);
     parts = std::move(finer);
+  }
+  return parts;
+}
+
+std::vector<GemmPart> causal_row_blocks(const GemmPlan& plan, std::size_t block) {
+  DP_ASSERT(block > 0 && plan.n > 0);
+  const i64 rows = plan.n, step = i64(block);  // D's rows as stored row-major: queries, or keys for dv and dk
+  std::vector<GemmPart> parts;
+  for (i64 begin = 0; begin < rows; begin += step) {
+    const i64 end = std::min(begin + step, rows);
+    const GemmPart part = restricted({plan}, Dimension::n, begin, end);
+    switch (plan.c) {
+      case O::scores:  // [queries, keys]: keys up to the block's last query
+      case O::dprobs:
+        parts.push_back(restricted(part, Dimension::m, 0, end));
+        break;
+      case O::y:  // Σ over keys up to the block's last query (probs, dscores are 0 past each query)
+      case O::dq:
+        parts.push_back(restricted(part, Dimension::k, 0, end));
+        break;
+      case O::dv:  // key j: Σ over queries i ≥ j, so from the block's first key on
+      case O::dk:
+        parts.push_back(restricted(part, Dimension::k, begin, rows));
+        break;
+      default:
+        DP_ASSERT(false && "causal_row_blocks takes the attention plans only");
+    }
   }
   return parts;
 }

@@ -74,21 +74,31 @@ void replay(const GemmPlan& p, Tensors& tensors, const std::vector<float>* bias 
   }
 }
 
-// The plan run as its aligned parts (gemm_aligned_parts), each on its operands advanced by the part's offsets, as
-// the GemmRunner does: a part's arrays are the rest of the plan's from its offset on.
-void replay_parts(const GemmPlan& p, Tensors& tensors, const std::vector<float>* bias = nullptr) {
-  for (const GemmPart& part : gemm_aligned_parts(p)) {
-    const auto from = [](const std::vector<float>& v, std::int64_t offset) {
-      return std::vector<float>(v.begin() + offset, v.end());
-    };
-    Tensors shifted{{p.a, from(tensors.at(p.a), part.offset_a)},
-                    {p.b, from(tensors.at(p.b), part.offset_b)},
-                    {p.c, from(tensors.at(p.c), part.offset_c)}};
-    const std::vector<float> part_bias = bias ? from(*bias, part.offset_bias) : std::vector<float>{};
-    replay(part.plan, shifted, part.plan.bias_epilogue ? &part_bias : nullptr);
-    std::copy(shifted.at(p.c).begin(), shifted.at(p.c).end(), tensors.at(p.c).begin() + part.offset_c);
-  }
+// Parts of a plan run as the GemmRunner runs them: each part as its aligned parts (gemm_aligned_parts), on the
+// operands advanced by the sum of both offsets (a part's arrays are the rest of the plan's from its offset on).
+void replay_parts(const std::vector<GemmPart>& parts, Tensors& tensors, const std::vector<float>* bias = nullptr) {
+  const GemmPlan& p = parts.front().plan;
+  const auto from = [](const std::vector<float>& v, std::int64_t offset) {
+    return std::vector<float>(v.begin() + offset, v.end());
+  };
+  for (const GemmPart& part : parts)
+    for (const GemmPart& piece : gemm_aligned_parts(part.plan)) {
+      const std::int64_t a = part.offset_a + piece.offset_a, b = part.offset_b + piece.offset_b,
+                         c = part.offset_c + piece.offset_c;
+      Tensors shifted{
+          {p.a, from(tensors.at(p.a), a)}, {p.b, from(tensors.at(p.b), b)}, {p.c, from(tensors.at(p.c), c)}};
+      const std::vector<float> piece_bias =
+          bias ? from(*bias, part.offset_bias + piece.offset_bias) : std::vector<float>{};
+      replay(piece.plan, shifted, piece.plan.bias_epilogue ? &piece_bias : nullptr);
+      std::copy(shifted.at(p.c).begin(), shifted.at(p.c).end(), tensors.at(p.c).begin() + c);
+    }
 }
+
+// How a test runs the plan: whole (replay), as its aligned parts, or as its causal row blocks of `block` rows.
+struct Run {
+  enum { whole, aligned_parts, causal_blocks } how = whole;
+  std::size_t block = 0;
+};
 
 // A row-major product as the reference computes it: output = alpha·op(X)·op(Y) + beta·output, each factor read
 // from its row-major array, transposed or not, batch member after batch member.
@@ -111,17 +121,26 @@ using DimsOf = std::function<Dims(O)>;
 // the plan's.
 void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product, const DimsOf& dims,
                            std::size_t batch, float alpha, float beta, const std::vector<float>* bias = nullptr,
-                           bool by_parts = false) {
+                           Run run = {}) {
   EXPECT_EQ(p.c, product.output);
   EXPECT_EQ(p.batch, std::int64_t(batch));
   EXPECT_EQ(p.alpha, alpha);
   EXPECT_EQ(p.beta, beta);
   const std::vector<float> before = t.at(product.output);
-  if (by_parts) {
-    replay_parts(p, t, bias);
-  } else {
-    replay(p, t, bias);
+  switch (run.how) {
+    case Run::whole:
+      replay(p, t, bias);
+      break;
+    case Run::aligned_parts:
+      replay_parts({GemmPart{p}}, t, bias);
+      break;
+    case Run::causal_blocks:
+      replay_parts(causal_row_blocks(p, run.block), t, bias);
+      break;
   }
+  // Causal blocks leave a T×T output's elements above the diagonal (column past row) as they were: not checked.
+  const bool lower_only =
+      run.how == Run::causal_blocks && (product.output == O::scores || product.output == O::dprobs);
 
   const Dims x = dims(product.x), y = dims(product.y), d = dims(product.output);
   const std::size_t rows = product.x_transposed ? x.cols : x.rows, inner = product.x_transposed ? x.rows : x.cols;
@@ -144,6 +163,7 @@ void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product
           ADD_FAILURE() << "padding [" << b << "," << r << "," << c << "] changed to " << got[at];
       }
       for (std::size_t c = 0; c < cols; ++c) {
+        if (lower_only && c > r) continue;
         const std::size_t at = (b * rows + r) * d.ld + c;
         double sum = 0.0, magnitude = 0.0;
         for (std::size_t l = 0; l < inner; ++l) {
@@ -286,7 +306,7 @@ GemmPlan plan_of(const ReplayCase& c, const MatmulShape& s) { return c.matmul(s.
 GemmPlan plan_of(const ReplayCase& c, const AttentionShape& s) { return c.attention(s.B, s.T, s.C, s.NH); }
 
 template <typename Shape, std::size_t count>
-void expect_replays_on(const Shape (&shapes)[count], const ReplayCase& c, bool by_parts) {
+void expect_replays_on(const Shape (&shapes)[count], const ReplayCase& c, Run run) {
   std::mt19937 rng(1);
   for (const Shape& s : shapes) {
     SCOPED_TRACE(s.describe());
@@ -294,7 +314,7 @@ void expect_replays_on(const Shape (&shapes)[count], const ReplayCase& c, bool b
     const std::vector<float> bias = random_floats(s.dims(c.product.output).cols, rng);
     expect_replay_matches(
         plan_of(c, s), t, c.product, [&s](O o) { return s.dims(o); }, s.batch(), c.scaled ? s.scale() : 1.0f, c.beta,
-        c.bias ? &bias : nullptr, by_parts);
+        c.bias ? &bias : nullptr, run);
   }
 }
 
@@ -302,9 +322,9 @@ class GemmPlanReplay : public testing::TestWithParam<ReplayCase> {};
 
 TEST_P(GemmPlanReplay, MatchesTheRowMajorProductOnAwkwardShapes) {
   if (GetParam().matmul)
-    expect_replays_on(kMatmulShapes, GetParam(), false);
+    expect_replays_on(kMatmulShapes, GetParam(), {});
   else
-    expect_replays_on(kAttentionShapes, GetParam(), false);
+    expect_replays_on(kAttentionShapes, GetParam(), {});
 }
 
 // Run as its aligned parts, as the GemmRunner runs it: the same product within the same bound (a split k adds one
@@ -312,9 +332,9 @@ TEST_P(GemmPlanReplay, MatchesTheRowMajorProductOnAwkwardShapes) {
 // 8 and not a multiple of it (20, 17, 33, 13; T = 9, hs = 10) are split.
 TEST_P(GemmPlanReplay, RunAsItsAlignedPartsMatchesTheRowMajorProduct) {
   if (GetParam().matmul)
-    expect_replays_on(kMatmulShapes, GetParam(), true);
+    expect_replays_on(kMatmulShapes, GetParam(), {Run::aligned_parts});
   else
-    expect_replays_on(kAttentionShapes, GetParam(), true);
+    expect_replays_on(kAttentionShapes, GetParam(), {Run::aligned_parts});
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryProduct, GemmPlanReplay, testing::ValuesIn(kReplayCases),
@@ -456,6 +476,60 @@ TEST(GemmPlan, Bf16AlignedWhereChannelsHeadSizeAndTAreMultiplesOf8) {
   for (const GemmPlan& p : matmul_plans(MatmulShape{1024, 768, 50257, 50304})) EXPECT_TRUE(gemm_plan_aligned(p, 2));
   // fp32 needs only multiples of 4 elements.
   EXPECT_TRUE(gemm_plan_aligned(attention_scores_plan(1, 12, 16, 4), 4));
+}
+
+// Every attention product as its causal row blocks of 1, 2, 3 and 5 rows and of the whole T: the product wherever
+// the mask leaves it (on and below the diagonal of scores and dprobs, everywhere in y, dq, dv and dk), within the
+// same bound, with probs and dscores zero above the diagonal as the softmax kernels leave them — the terms a block
+// leaves out are those exact zeros.
+TEST(GemmPlan, AttentionProductsInCausalRowBlocksMatchWhereTheMaskLeavesThem) {
+  std::mt19937 rng(5);
+  for (const ReplayCase& c : kReplayCases) {
+    if (!c.attention) continue;
+    SCOPED_TRACE(c.name);
+    for (const AttentionShape& s : kAttentionShapes)
+      for (const std::size_t block : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(5), s.T}) {
+        SCOPED_TRACE(s.describe() + " block " + std::to_string(block));
+        Tensors t = s.random_tensors(rng);
+        for (const O causal : {O::probs, O::dscores})
+          for (std::size_t h = 0; h < s.batch(); ++h)
+            for (std::size_t i = 0; i < s.T; ++i)
+              for (std::size_t j = i + 1; j < s.T; ++j) t[causal][(h * s.T + i) * s.T + j] = 0.0f;
+        expect_replay_matches(plan_of(c, s), t, c.product, [&s](O o) { return s.dims(o); }, s.batch(),
+                              c.scaled ? s.scale() : 1.0f, c.beta, nullptr, {Run::causal_blocks, block});
+      }
+  }
+}
+
+// gpt2-124m's T = 1024 in 8 blocks of 128 rows: block r of the scores computes its 128 queries against keys
+// 0..128(r+1), y's sums run over those keys, dv's over the queries from 128r on; 9/16 of each product in all.
+TEST(GemmPlan, CausalRowBlocksOfGpt2SmallComputeNineSixteenthsOfEachProduct) {
+  const std::size_t B = 1, T = 1024, C = 768, NH = 12, block = attention_causal_block(T);
+  ASSERT_EQ(block, 128u);
+  const auto scores = causal_row_blocks(attention_scores_plan(B, T, C, NH), block);
+  const auto y = causal_row_blocks(attention_output_plan(B, T, C, NH), block);
+  const auto dv = causal_row_blocks(attention_dv_plan(B, T, C, NH), block);
+  ASSERT_EQ(scores.size(), 8u);
+  ASSERT_EQ(y.size(), 8u);
+  ASSERT_EQ(dv.size(), 8u);
+  std::int64_t computed = 0;
+  for (std::int64_t r = 0; r < 8; ++r) {
+    EXPECT_EQ(scores[r].plan.n, 128);
+    EXPECT_EQ(scores[r].plan.m, 128 * (r + 1));                // keys
+    EXPECT_EQ(scores[r].offset_c, 128 * r * std::int64_t(T));  // the block's first query row
+    EXPECT_EQ(y[r].plan.k, 128 * (r + 1));
+    EXPECT_EQ(y[r].offset_c, 128 * r * 64);  // y's rows of hs = 64
+    EXPECT_EQ(dv[r].plan.k, std::int64_t(T) - 128 * r);
+    EXPECT_EQ(dv[r].offset_a, 128 * r * 64);  // dy from query 128r on
+    computed += scores[r].plan.m * scores[r].plan.n;
+    EXPECT_EQ(scores[r].plan.batch, std::int64_t(B * NH));
+  }
+  EXPECT_EQ(computed * 16, std::int64_t(T * T) * 9);
+  // One block of the whole T is the plan itself.
+  const GemmPlan whole = attention_dk_plan(B, T, C, NH);
+  const auto one = causal_row_blocks(whole, T);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].plan, whole);
 }
 
 // The LM head of gpt2-124m at 64 windows: m = V = 50257 runs as 50256 rows and 1; the weight gradient's n = V as

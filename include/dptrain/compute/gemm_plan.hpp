@@ -103,6 +103,18 @@ inline constexpr std::int64_t kGemmAlignedMultiple = 8;
 // The plan's parts in the order to run them: the plan itself alone where no dimension is ragged.
 std::vector<GemmPart> gemm_aligned_parts(const GemmPlan& plan);
 
+// ---- causal attention in row blocks: the causal mask leaves query i the keys 0..i, so of each head's T×T
+// products only what lies on or below the diagonal matters. The attention plan in blocks of `block` rows of D
+// (the last may be shorter; D's rows are the queries, or the keys for dv and dk), each block computing only what
+// its rows need: scores and dprobs over the keys up to the block's last query, y and dq summing over those keys,
+// dv and dk (key j sums over the queries i ≥ j) over the queries from the block's first on. What is left out lies
+// above the diagonal: scores and dprobs there are never read (the softmax kernels read j ≤ i), probs and dscores
+// there are zeros (the softmax kernels write them), so each element keeps every term that is not an exact zero.
+// With T rows in 8 blocks, 9/16 of each T×T product is computed and the score matrices' traffic falls with it.
+std::vector<GemmPart> causal_row_blocks(const GemmPlan& attention_plan, std::size_t block);
+// The backend's block: T split into at most 8 row blocks.
+inline std::size_t attention_causal_block(std::size_t T) { return (T + 7) / 8; }
+
 // ---- checks the backend can make before the first call
 
 // What makes the plan an invalid GEMM call (empty when valid): a dimension or batch below 1, lda below the rows of

@@ -41,6 +41,11 @@ std::size_t total_bytes(const std::vector<std::size_t>& sizes) {
 // The scratch of the attention: [B,NH,T,hs] BF16 heads and [B,NH,T,T] score matrices.
 //   forward:  q, k, v, y; scores (fp32)
 //   backward: q, k, v, dy, dq, dk, dv; dprobs (fp32), dscores (BF16)
+// An attention product in causal row blocks (gemm_plan.hpp): nothing above the diagonal is computed. plan.n = T.
+std::vector<GemmPart> causal(const GemmPlan& plan) {
+  return causal_row_blocks(plan, attention_causal_block(std::size_t(plan.n)));
+}
+
 std::vector<std::size_t> attention_forward_scratch(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
   const std::size_t heads = B * NH, act = B * T * C * sizeof(bf16);
   return {act, act, act, act, heads * T * T * sizeof(float)};
@@ -207,7 +212,8 @@ class Bf16Backend final : public Backend {
                               scratch_.get(kernels_->bias_backward_scratch_bytes(N, OC)));
   }
 
-  // Attention as permute + strided-batched GEMMs over the B·NH heads + the causal softmax kernels.
+  // Attention as permute + strided-batched GEMMs over the B·NH heads in causal row blocks + the causal softmax
+  // kernels.
   void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
                          std::size_t NH) override {
     const std::size_t heads = B * NH;
@@ -216,9 +222,9 @@ class Bf16Backend final : public Backend {
     float* scores = f(r[4]);                                      // [B,NH,T,T]
     kernels_->permute_qkv(q, k, v, h(qkv), B, T, C, NH);
     using R = GemmOperand;
-    gemm_->run(attention_scores_plan(B, T, C, NH), {{R::q, q}, {R::k, k}, {R::scores, scores}}, DType::f32);
+    gemm_->run(causal(attention_scores_plan(B, T, C, NH)), {{R::q, q}, {R::k, k}, {R::scores, scores}}, DType::f32);
     kernels_->causal_softmax_forward(h(probs), scores, heads, T);
-    gemm_->run(attention_output_plan(B, T, C, NH), {{R::probs, probs}, {R::v, v}, {R::y, y}}, DType::bf16);
+    gemm_->run(causal(attention_output_plan(B, T, C, NH)), {{R::probs, probs}, {R::v, v}, {R::y, y}}, DType::bf16);
     kernels_->unpermute(h(out), y, B, T, C, NH);
   }
   void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs, std::size_t B,
@@ -231,11 +237,11 @@ class Bf16Backend final : public Backend {
     kernels_->permute_qkv(q, k, v, h(qkv), B, T, C, NH);
     kernels_->permute_heads(dy, h(dout), B, T, C, NH);
     using R = GemmOperand;
-    gemm_->run(attention_dprobs_plan(B, T, C, NH), {{R::dy, dy}, {R::v, v}, {R::dprobs, dprobs}}, DType::f32);
-    gemm_->run(attention_dv_plan(B, T, C, NH), {{R::probs, probs}, {R::dy, dy}, {R::dv, dv}}, DType::bf16);
+    gemm_->run(causal(attention_dprobs_plan(B, T, C, NH)), {{R::dy, dy}, {R::v, v}, {R::dprobs, dprobs}}, DType::f32);
+    gemm_->run(causal(attention_dv_plan(B, T, C, NH)), {{R::probs, probs}, {R::dy, dy}, {R::dv, dv}}, DType::bf16);
     kernels_->causal_softmax_backward(dscores, h(probs), dprobs, heads, T);
-    gemm_->run(attention_dq_plan(B, T, C, NH), {{R::dscores, dscores}, {R::k, k}, {R::dq, dq}}, DType::bf16);
-    gemm_->run(attention_dk_plan(B, T, C, NH), {{R::dscores, dscores}, {R::q, q}, {R::dk, dk}}, DType::bf16);
+    gemm_->run(causal(attention_dq_plan(B, T, C, NH)), {{R::dscores, dscores}, {R::k, k}, {R::dq, dq}}, DType::bf16);
+    gemm_->run(causal(attention_dk_plan(B, T, C, NH)), {{R::dscores, dscores}, {R::q, q}, {R::dk, dk}}, DType::bf16);
     kernels_->unpermute_qkv(h(dqkv), dq, dk, dv, B, T, C, NH);
   }
 

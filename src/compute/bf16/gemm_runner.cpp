@@ -26,16 +26,26 @@ void check_gemm_bias(const GemmPlan& plan, const void* bias) {
 
 void GemmRunner::run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type,
                      const void* bias) {
+  run(std::vector<GemmPart>{{plan}}, tensors, d_type, bias);
+}
+
+void GemmRunner::run(const std::vector<GemmPart>& parts, std::initializer_list<GemmTensor> tensors, DType d_type,
+                     const void* bias) {
+  if (parts.empty()) throw std::logic_error("GEMM: no part to run");
+  const GemmPlan& plan = parts.front().plan;  // the parts share the operands' roles and the bias
   check_gemm_bias(plan, bias);
   const auto* A = static_cast<const std::byte*>(gemm_tensor(tensors, plan.a));
   const auto* B = static_cast<const std::byte*>(gemm_tensor(tensors, plan.b));
   auto* D = static_cast<std::byte*>(const_cast<void*>(gemm_tensor(tensors, plan.c)));
   const auto* bias_bytes = static_cast<const std::byte*>(bias);
   constexpr std::size_t kOperandBytes = sizeof(bf16);  // A, B and the bias
-  for (const GemmPart& part : gemm_aligned_parts(plan))
-    run_part(part.plan, A + part.offset_a * kOperandBytes, B + part.offset_b * kOperandBytes,
-             D + part.offset_c * element_size(d_type), d_type,
-             part.plan.bias_epilogue ? bias_bytes + part.offset_bias * kOperandBytes : nullptr);
+  for (const GemmPart& part : parts)
+    for (const GemmPart& piece : gemm_aligned_parts(part.plan)) {
+      const std::int64_t a = part.offset_a + piece.offset_a, b = part.offset_b + piece.offset_b,
+                         c = part.offset_c + piece.offset_c, at_bias = part.offset_bias + piece.offset_bias;
+      run_part(piece.plan, A + a * kOperandBytes, B + b * kOperandBytes, D + c * element_size(d_type), d_type,
+               piece.plan.bias_epilogue ? bias_bytes + at_bias * kOperandBytes : nullptr);
+    }
 }
 
 }  // namespace dptrain

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <initializer_list>
+#include <vector>
 
 #include "dptrain/compute/gemm_plan.hpp"
 #include "dptrain/core/dtype.hpp"
@@ -27,6 +28,9 @@ class GemmRunner {
   // BF16; D (and the C it accumulates) is BF16 or fp32 (d_type); bias BF16 (given iff the plan adds one),
   // kBiasAlignment-aligned. Runs the plan's aligned parts (gemm_aligned_parts) one after another.
   void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type, const void* bias = nullptr);
+  // Parts of one plan (causal_row_blocks), each run as its aligned parts, its offsets added to theirs.
+  void run(const std::vector<GemmPart>& parts, std::initializer_list<GemmTensor> tensors, DType d_type,
+           const void* bias = nullptr);
   // Whether a product's bits are the same whatever its operands' row lengths (ld) and alignment.
   virtual bool row_length_invariant() const = 0;
 
