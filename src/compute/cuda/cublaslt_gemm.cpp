@@ -51,7 +51,7 @@ CublasLtGemm::~CublasLtGemm() {
 
 const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* bias) {
   if (auto found = prepared_.find(key); found != prepared_.end()) return found->second ? &*found->second : nullptr;
-  const auto& [plan, d_type_int, align_a, align_b, align_d] = key;
+  const auto& [plan, d_type_int, align_a, align_b, align_d, align_bias] = key;
   const auto d_type = cudaDataType_t(d_type_int);
   Prepared p{CublasLtDescriptors(plan, d_type)};
   // The heuristic reads the bias pointer's alignment from its value: give it one (always kBiasAlignment-aligned).
@@ -105,7 +105,8 @@ void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, 
   const unsigned align_a = alignment_of(A, plan.lda, plan.stride_a, 2),
                  align_b = alignment_of(B, plan.ldb, plan.stride_b, 2),
                  align_d = alignment_of(D, plan.ldc, plan.stride_c, element_size(d));
-  const Prepared* prepared = prepare({plan, int(d_type), align_a, align_b, align_d}, bias);
+  const unsigned align_bias = bias ? alignment_of(bias, 0, 0, 2) : 0;
+  const Prepared* prepared = prepare({plan, int(d_type), align_a, align_b, align_d, align_bias}, bias);
   if (prepared == nullptr && plan.bias_epilogue) {
     const UnfusedBias unfused = unfused_bias_plans(plan);
     run_part(unfused.broadcast, bias, ones(std::size_t(plan.n)), D, d, nullptr);

@@ -41,7 +41,8 @@ class CublasLtGemm final : public GemmRunner {
     CublasLtDescriptors descriptors;
     cublasLtMatmulAlgo_t algorithm{};
   };
-  using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned /*alignments of A, B, D*/>;
+  // The plan, D's type, and the alignments of A, B, D and the bias (an aligned part's bias may be 16-byte aligned).
+  using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned, unsigned>;
   // The cached choice for the key; null where the heuristic has none (also cached).
   const Prepared* prepare(const Key& key, const void* bias);
   // `count` BF16 ones on the device (the unfused bias's broadcast), grown on first need.
