@@ -17,8 +17,9 @@
 # every exit: a step that runs out of time or crashes still leaves the summary of what ran. A test binary that
 # crashed, timed out or left no readable result counts as failed, and so does every cuda test that was skipped (on
 # the GPU machine a skip means the GPU path did not run), but for the skips the backend declares (finite
-# differences need fp32 activations; a bitwise property it does not promise), named apart in the summary. Every step's timeout is cut to what the deadline leaves;
-# a step with less than 20 s left is not started. The several-rank check is scripts/gpu-check-multi.sh.
+# differences need fp32 activations; a bitwise property it does not promise), named apart in the summary. Every
+# step's timeout is cut to what the deadline leaves; a step with less than 20 s left is not started. The
+# several-rank check is scripts/gpu-check-multi.sh.
 # Usage (on the GPU machine, from the repository root): OUT=/some/dir scripts/gpu-check.sh
 source "$(dirname "$0")/gpu-env.sh"
 deadline=$(( started + ${GPU_CHECK_SECONDS:-480} ))

@@ -41,11 +41,6 @@ std::size_t total_bytes(const std::vector<std::size_t>& sizes) {
 // The scratch of the attention: [B,NH,T,hs] BF16 heads and [B,NH,T,T] score matrices.
 //   forward:  q, k, v, y; scores (fp32)
 //   backward: q, k, v, dy, dq, dk, dv; dprobs (fp32), dscores (BF16)
-// An attention product in causal row blocks (gemm_plan.hpp): nothing above the diagonal is computed. plan.n = T.
-std::vector<GemmPart> causal(const GemmPlan& plan) {
-  return causal_row_blocks(plan, attention_causal_block(std::size_t(plan.n)));
-}
-
 std::vector<std::size_t> attention_forward_scratch(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
   const std::size_t heads = B * NH, act = B * T * C * sizeof(bf16);
   return {act, act, act, act, heads * T * T * sizeof(float)};
@@ -53,6 +48,11 @@ std::vector<std::size_t> attention_forward_scratch(std::size_t B, std::size_t T,
 std::vector<std::size_t> attention_backward_scratch(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
   const std::size_t heads = B * NH, act = B * T * C * sizeof(bf16);
   return {act, act, act, act, act, act, act, heads * T * T * sizeof(float), heads * T * T * sizeof(bf16)};
+}
+
+// An attention product in causal row blocks (gemm_plan.hpp): nothing above the diagonal is computed. plan.n = T.
+std::vector<GemmPart> causal(const GemmPlan& plan) {
+  return causal_row_blocks(plan, attention_causal_block(std::size_t(plan.n)));
 }
 
 // Regions of one device buffer at aligned offsets. It is sized by reserve() before the first step (the BF16

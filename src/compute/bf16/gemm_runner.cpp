@@ -1,4 +1,4 @@
-// Finding a plan's operands among the tensors a caller named, and checking its bias.
+// Finding a plan's operands among the tensors a caller named, checking its bias, and running it as its parts.
 #include "gemm_runner.hpp"
 
 #include <cstddef>
