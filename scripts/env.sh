@@ -6,9 +6,15 @@ DPTRAIN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DPTRAIN_BUILD="${DPTRAIN_BUILD:-$DPTRAIN_ROOT/build}"
 export DPTRAIN_ROOT DPTRAIN_BUILD
 
-# Configures and builds (Release) into $DPTRAIN_BUILD.
+# Configures and builds (Release) into $DPTRAIN_BUILD; where nvcc is found, with the cuDNN frontend's headers
+# (scripts/cudnn-frontend.sh) for the fused attention, or without it when they cannot be had.
 dptrain_build() {
-  cmake -S "$DPTRAIN_ROOT" -B "$DPTRAIN_BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  local frontend=()
+  if command -v nvcc >/dev/null; then
+    local include
+    include=$("$DPTRAIN_ROOT/scripts/cudnn-frontend.sh") && frontend=(-DCUDNN_FRONTEND_INCLUDE_DIR="$include")
+  fi
+  cmake -S "$DPTRAIN_ROOT" -B "$DPTRAIN_BUILD" -DCMAKE_BUILD_TYPE=Release "${frontend[@]}" >/dev/null
   cmake --build "$DPTRAIN_BUILD" -j "$(nproc)" "$@"
 }
 

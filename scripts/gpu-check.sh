@@ -8,8 +8,8 @@
 #      small shape against the cpu backend, bitwise repeatability and resume (gtest JSON and exit status per binary),
 #   3. the benchmark: gpt2-124m at Q = 1024, the largest micro-batch of 64, 32, 16 that fits (a smaller one only
 #      after a refusal or failure for memory), 30 steps — tokens/s, MFU, memory — beside PyTorch on the same shape
-#      in the same run (eager with SDPA and BF16 autocast), then 6 steps with --op-times (time and GEMM rate per
-#      op: where the time goes),
+#      in the same run (eager with SDPA and BF16 autocast), the same 30 steps with --attention gemm where the first
+#      run fused attention (cuDNN), then 6 steps with --op-times (time and GEMM rate per op: where the time goes),
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the cuda op tests and the tiny model's
 #      forward and backward (where the machine's runtime supports it),
 #   5. torch.compile if time is left,
@@ -105,8 +105,10 @@ if os.path.exists(p):
             kernel = lines[i + 1].split(" at ", 1)[1].split("(")[0].strip()
             flagged[kernel] = flagged.get(kernel, 0) + 1
     summary["sanitizer_initcheck_kernels"] = flagged
-log = os.path.join(out, f"train-b{batch}.jsonl")
-if batch and os.path.exists(log):
+def training_run(log):
+    """The medians of a training log's steps after the warm-up, and its summary record (None where absent)."""
+    if not os.path.exists(log):
+        return None, None, None
     rows = []
     for line in open(log):
         try:
@@ -115,11 +117,17 @@ if batch and os.path.exists(log):
             pass
     steps = [r for r in rows if "step" in r and "event" not in r][5:]  # after the warm-up steps
     end = [r for r in rows if r.get("event") == "summary"]
-    if steps:
-        summary["tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in steps)
-        summary["mfu"] = statistics.median(r["mfu"] for r in steps)
+    tokens = statistics.median(r["tokens_per_s"] for r in steps) if steps else None
+    mfu = statistics.median(r["mfu"] for r in steps) if steps else None
+    return tokens, mfu, end[-1] if end else None
+if batch:
+    summary["tokens_per_s"], summary["mfu"], end = training_run(os.path.join(out, f"train-b{batch}.jsonl"))
     if end:
-        summary["memory"] = end[-1].get("memory")
+        summary["memory"] = end.get("memory")
+        summary["attention"] = end.get("attention")
+    tokens, mfu, end = training_run(os.path.join(out, "train-gemm.jsonl"))
+    if tokens:
+        summary["gemm_attention"] = {"tokens_per_s": tokens, "mfu": mfu, "memory": end and end.get("memory")}
 op_log = os.path.join(out, "op-times.jsonl")
 if os.path.exists(op_log):
     for line in open(op_log):
@@ -168,11 +176,12 @@ run_tests() {  # binary, gtest filter, seconds
   echo $? > "$OUT/tests-$name.status"
   tail -3 "$OUT/tests-$name.txt"
 }
-# The cuda backend's instances only: '/cuda' and the attention shapes '/cuda_B…' (not '/cuda_kernels_on_cpu…', the
-# CPU harness, which CI runs).
-run_tests compute_test '*/cuda:*/cuda_B*' 150
-run_tests dp_test 'Backends/*/cuda' 150
-run_tests train_test 'Backends/*/cuda' 90
+# The cuda backend's instances only: '/cuda' and the attention shapes '/cuda_B…', and the same with the GEMM
+# attention where the build fuses it ('/cuda_gemm_attention…'); not '/cuda_kernels_on_cpu…', the CPU harness, which
+# CI runs.
+run_tests compute_test '*/cuda:*/cuda_B*:*/cuda_gemm_attention*' 150
+run_tests dp_test 'Backends/*/cuda:Backends/*/cuda_gemm_attention' 150
+run_tests train_test 'Backends/*/cuda:Backends/*/cuda_gemm_attention' 90
 
 # ---- 3. the benchmark -----------------------------------------------------------------------------------------------
 python3 - "$OUT/corpus.txt" <<'PY'
@@ -200,6 +209,19 @@ torch_bench() {  # extra flags, output name, seconds; with the machine's own lib
     --vocab 50257 --batch "${batch:-16}" --steps 30 $1 > "$OUT/$2.txt" 2>&1
   awk '/^pytorch_tokens_per_s/ {print $2}' "$OUT/$2.txt"
 }
+# The same run with the GEMM attention (--attention gemm: the score products and softmax kernels, the probabilities
+# kept), where the one above fused it: what the fused attention gains, in the same call.
+if [ "$batch" -gt 0 ] && grep -q '"attention":"fused' "$OUT/train-b$batch.jsonl"; then
+  seconds=$(step_timeout 60)
+  if [ "$seconds" -ge 30 ]; then
+    log "dptrain gpt2-124m --batch $batch --attention gemm (at most $seconds s)"
+    ours timeout "$seconds" "$bin/dptrain" --device cuda --config configs/gpt2-124m.toml --data "$OUT/corpus.txt" \
+      --batch "$batch" --steps 30 --warmup 2 --eval-every 0 --attention gemm --log "$OUT/train-gemm.jsonl" \
+      > "$OUT/train-gemm.txt" 2>&1
+    echo "exit $?" >> "$OUT/train-gemm.txt"
+    tail -2 "$OUT/train-gemm.txt"
+  fi
+fi
 if [ "$batch" -gt 0 ]; then
   seconds=$(step_timeout 120)
   if [ "$seconds" -ge 30 ]; then

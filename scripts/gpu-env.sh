@@ -18,10 +18,11 @@ if [ ! -d build-gpu ]; then
 fi
 bin="$root/build-gpu/bin"
 bundle_lib="$root/build-gpu/lib"
-# CUDA 13's runtime, cuBLASLt and NCCL: the toolkit's, else those of the Python packages beside PyTorch (asked of
-# Python, not searched for on the disk), for every process.
+# CUDA 13's runtime, cuBLASLt, NCCL, cuDNN 9 (the fused attention) and NVRTC (which cuDNN compiles some of its
+# attention kernels with): the toolkit's, else those of the Python packages beside PyTorch (asked of Python, not
+# searched for on the disk), for every process.
 cuda_libs=""
-for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9 libnvrtc.so.13; do
   found=$(ls /usr/local/cuda/lib64/$lib 2>/dev/null | head -1)
   [ -n "$found" ] || found=$(python3 - "$lib" <<'PY' 2>/dev/null
 import glob, os, sys, nvidia  # the nvidia-* wheels: nvidia/<package>/lib/<library>

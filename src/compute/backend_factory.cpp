@@ -54,12 +54,26 @@ std::string auto_backend_name() {
   return "cpu";
 }
 
+std::string attention_unavailable(std::string_view name, std::string_view mode) {
+  if (mode != "auto" && mode != "gemm" && mode != "fused")
+    return fmt::format("--attention: unknown mode '{}' (expected auto, gemm or fused)", mode);
+  if (mode != "fused") return "";
+  if (name == "cpu") return "--attention fused: the cpu backend has no fused attention (use gemm or auto)";
+#ifndef DPTRAIN_HAVE_CUDNN
+  return "--attention fused: this build has no cuDNN (cuDNN 9 and the headers of scripts/cudnn-frontend.sh were not "
+         "found when it was configured); use gemm or auto";
+#else
+  return "";
+#endif
+}
+
 std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement,
-                                      std::shared_ptr<const CpuGemm> cpu_gemm) {
+                                      std::shared_ptr<const CpuGemm> cpu_gemm, std::string_view attention) {
   if (const std::string why = backend_unavailable(name, placement); !why.empty()) throw UserError(why);
+  if (const std::string why = attention_unavailable(name, attention); !why.empty()) throw UserError(why);
   if (name == "cpu") return cpu_gemm ? make_cpu_backend(std::move(cpu_gemm)) : make_cpu_backend();
 #ifdef DPTRAIN_HAVE_CUDA
-  return make_cuda_backend(placement.gpu());
+  return make_cuda_backend(placement.gpu(), attention);
 #else
   fail("unreachable: backend '{}'", name);
 #endif

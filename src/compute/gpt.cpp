@@ -32,16 +32,19 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
   const std::size_t N = max_windows * c.seq, C = c.width, T = c.seq, V = c.vocab;
   ActivationArena& a = arena_;
   const std::size_t A = act_bytes_, F = sizeof(float);
+  // The backend's scratch first: it settles how attention is computed, and so what attention saves per head.
+  backend.reserve_scratch(c, N);
+  const std::size_t saved = backend.attention_saved_bytes(T, C, std::size_t(c.heads));
   const auto inputs = a.add("inputs", N, sizeof(std::int32_t)), targets = a.add("targets", N, sizeof(std::int32_t));
   const auto embedded = a.add("embedded", N * C, A);
   struct LayerIds {
-    ActivationArena::Id ln1, ln1_mean, ln1_rstd, qkv, probs, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, out;
+    ActivationArena::Id ln1, ln1_mean, ln1_rstd, qkv, att_saved, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, out;
   };
   std::vector<LayerIds> ids;
   for (int l = 0; l < c.layers; ++l) {
     auto name = [l](const char* what) { return fmt::format("h.{}.{}", l, what); };
     ids.push_back({a.add(name("ln1"), N * C, A), a.add(name("ln1_mean"), N, F), a.add(name("ln1_rstd"), N, F),
-                   a.add(name("qkv"), N * 3 * C, A), a.add(name("probs"), max_windows * c.heads * T * T, A),
+                   a.add(name("qkv"), N * 3 * C, A), a.add(name("att_saved"), max_windows * c.heads * saved, 1),
                    a.add(name("atty"), N * C, A), a.add(name("res2"), N * C, A), a.add(name("ln2"), N * C, A),
                    a.add(name("ln2_mean"), N, F), a.add(name("ln2_rstd"), N, F), a.add(name("fch"), N * 4 * C, A),
                    a.add(name("fch_gelu"), N * 4 * C, A), a.add(name("out"), N * C, A)});
@@ -53,13 +56,12 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
   const auto d_qkv = a.add("d_qkv", N * 3 * C, A), d_atty = a.add("d_atty", N * C, A);
   const auto d_fch = a.add("d_fch", N * 4 * C, A), d_fch_gelu = a.add("d_fch_gelu", N * 4 * C, A);
   a.allocate(device_);
-  backend.reserve_scratch(c, N);
 
   inputs_ = a.as<std::int32_t>(inputs), targets_ = a.as<std::int32_t>(targets);
   embedded_ = a.data(embedded);
   for (const LayerIds& i : ids)
     layers_.push_back({a.data(i.ln1), a.as<float>(i.ln1_mean), a.as<float>(i.ln1_rstd), a.data(i.qkv),
-                       a.data(i.probs), a.data(i.atty), a.data(i.res2), a.data(i.ln2), a.as<float>(i.ln2_mean),
+                       a.data(i.att_saved), a.data(i.atty), a.data(i.res2), a.data(i.ln2), a.as<float>(i.ln2_mean),
                        a.as<float>(i.ln2_rstd), a.data(i.fch), a.data(i.fch_gelu), a.data(i.out)});
   lnf_ = a.data(lnf), lnf_mean_ = a.as<float>(lnf_mean), lnf_rstd_ = a.as<float>(lnf_rstd);
   logits_ = a.data(logits), losses_ = a.as<float>(losses);
@@ -124,7 +126,7 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
     auto w = [&](std::size_t offset) { return weight_at(W, r, offset); };
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w(p.ln1_w), w(p.ln1_b), N, C);
     be.matmul_forward(a.qkv, a.ln1, w(p.qkv_w), w(p.qkv_b), N, T, C, 3 * C, 3 * C);
-    be.attention_forward(a.atty, a.probs, a.qkv, n, T, C, NH);
+    be.attention_forward(a.atty, a.att_saved, a.qkv, n, T, C, NH);
     be.matmul_forward(a.res2, a.atty, w(p.attn_proj_w), w(p.attn_proj_b), N, T, C, C, C);
     be.accumulate(a.res2, x, N * C, be.activation_dtype());
     be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w(p.ln2_w), w(p.ln2_b), N, C);
@@ -196,7 +198,7 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
     // Attention branch: res2 = x + attn_proj(attention(qkv(ln1(x)))).
     be.matmul_backward(d_atty_, g(p.attn_proj_w), g(p.attn_proj_b), d_stream_, a.atty, w(p.attn_proj_w), N, T, C, C,
                        C);
-    be.attention_backward(d_qkv_, d_atty_, a.qkv, a.probs, n_, T, C, NH);
+    be.attention_backward(d_qkv_, d_atty_, a.qkv, a.atty, a.att_saved, n_, T, C, NH);
     be.matmul_backward(d_ln_, g(p.qkv_w), g(p.qkv_b), d_qkv_, a.ln1, w(p.qkv_w), N, T, C, 3 * C, 3 * C);
     be.layernorm_backward(d_stream_, g(p.ln1_w), g(p.ln1_b), d_ln_, x, w(p.ln1_w), a.ln1_mean, a.ln1_rstd, N, C);
     weights.release(r);

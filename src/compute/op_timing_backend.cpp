@@ -136,6 +136,10 @@ class OpTimingBackend final : public Backend {
     inner_->reserve_scratch(config, rows);
   }
   std::size_t scratch_bytes() const override { return inner_->scratch_bytes(); }
+  std::size_t attention_saved_bytes(std::size_t T, std::size_t C, std::size_t NH) const override {
+    return inner_->attention_saved_bytes(T, C, NH);
+  }
+  std::string attention_name() const override { return inner_->attention_name(); }
 
   void embedding_forward(void* out, const std::int32_t* tokens, const void* wte, const void* wpe, std::size_t N,
                          std::size_t T, std::size_t C) override {
@@ -164,15 +168,15 @@ class OpTimingBackend final : public Backend {
     timed(TimedOp::matmul_backward, matmul_backward_flops(N, C, OC, din != nullptr),
           [&] { inner_->matmul_backward(din, dw, dbias, dout, in, w, N, T, C, OC, ld_out); }, gemm_shape(N, C, OC));
   }
-  void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
+  void attention_forward(void* out, void* saved, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
                          std::size_t NH) override {
     timed(TimedOp::attention_forward, attention_forward_flops(B, T, C, NH),
-          [&] { inner_->attention_forward(out, probs, qkv, B, T, C, NH); });
+          [&] { inner_->attention_forward(out, saved, qkv, B, T, C, NH); });
   }
-  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs, std::size_t B,
+  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* saved, std::size_t B,
                           std::size_t T, std::size_t C, std::size_t NH) override {
     timed(TimedOp::attention_backward, attention_backward_flops(B, T, C, NH),
-          [&] { inner_->attention_backward(dqkv, dout, qkv, probs, B, T, C, NH); });
+          [&] { inner_->attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH); });
   }
   void gelu_forward(void* out, const void* in, std::size_t n) override {
     timed(TimedOp::gelu_forward, 0, [&] { inner_->gelu_forward(out, in, n); });

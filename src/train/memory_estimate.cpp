@@ -33,7 +33,8 @@ RunMemoryEstimate estimate_run_memory(const TrainOptions& o, int ranks) {
                         2 * kCpuElementBytes * e.parameters;
   const double local_windows = double(o.batch) / d;
   const double micro_windows = local_windows / std::max(1, o.grad_accum);
-  e.activation_bytes = activation_arena_bytes(o.model, micro_windows, kCpuElementBytes, kCpuElementBytes);
+  e.activation_bytes = activation_arena_bytes(o.model, micro_windows, kCpuElementBytes, kCpuElementBytes,
+                                              double(o.model.seq) * o.model.seq * kCpuElementBytes);
   const double window_tokens = double(o.model.seq) + 1;
   const double eval_windows = std::ceil(double(o.eval_windows) / d);
   e.window_bytes = (local_windows + eval_windows) * window_tokens * kTokenBytes;

@@ -159,6 +159,11 @@ std::vector<TrainOption> make_table() {
       entry("--allreduce", "Gradient all-reduce: ring, tree or native (the MPI library's)", DPTRAIN_FIELD(allreduce),
             all, saved),
       entry("--grad-dtype", "Gradient and wire type: bf16 or fp32", DPTRAIN_FIELD(grad_dtype), all, saved),
+      entry("--attention",
+            "How attention is computed: gemm (the score products and a softmax kernel, the probabilities kept for "
+            "backward), fused (cuDNN's flash attention on the cuda backend: row statistics kept instead), or auto "
+            "(fused where the cuda backend's cuDNN takes the model's heads, else gemm)",
+            DPTRAIN_FIELD(attention), all, unsaved),
       entry("--cpu-gemm",
             "The cpu backend's sgemm library: by-cpu (onednn where the CPU has AVX-512, else openblas), openblas, "
             "onednn where the build has it, onednn-bf16 (products of BF16-rounded operands, where the CPU has "

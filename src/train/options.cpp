@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "dptrain/compute/backend.hpp"
 #include "dptrain/compute/cpu_gemm.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/option_table.hpp"
@@ -146,6 +147,8 @@ void validate(const TrainOptions& o, int world_size) {
           o.batch, world_size, o.grad_accum);
   require(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
           "--device: unknown device '{}' (expected auto, cpu or cuda)", o.device);
+  require(std::find(std::begin(kAttentionModes), std::end(kAttentionModes), o.attention) != std::end(kAttentionModes),
+          "--attention: unknown mode '{}' (expected auto, gemm or fused)", o.attention);
   if (o.cpu_gemm != "auto" && o.cpu_gemm != "by-cpu")
     if (const std::string why = cpu_gemm_unavailable(o.cpu_gemm); !why.empty()) throw UserError(why);
   require(o.overlap == "on" || o.overlap == "off" || o.overlap == "auto",

@@ -36,7 +36,8 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
   // --cpu-gemm auto: OpenBLAS until connect() has timed the libraries on every rank (before the first GEMM).
   cpu_gemm_ = std::make_shared<CpuGemm>(make_cpu_gemm(initial_cpu_gemm(options_.cpu_gemm, host_cpu_)));
-  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_, cpu_gemm_);
+  backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_, cpu_gemm_,
+                          options_.attention);
   if (options_.op_times) {  // made on this thread, the compute thread: the comm executor's calls get rows apart
     op_times_ = std::make_shared<OpTimes>();
     backend_ = make_op_timing_backend(std::move(backend_), op_times_);
@@ -229,10 +230,11 @@ int Trainer::run() {
                       ? fmt::format("auto (on and off timed alternately on steps 2-{}, the faster kept)",
                                     1 + 2 * OverlapChoice::kTrialPairs)
                       : overlap_choice_.mode()));
-  say(fmt::format("dptrain | device {} ({}){} | link {} | peak {:.1f} GFLOP/s per rank ({})", backend_->name(),
+  say(fmt::format("dptrain | device {} ({}){} | attention {} | link {} | peak {:.1f} GFLOP/s per rank ({})",
+                  backend_->name(),
                   backend_->name() == "cpu" ? "sgemm " + cpu_gemm_choice_.description() : backend_->device().name(),
-                  backend_->name() == "cpu" ? " on " + host_cpu_.description() : "", link_.description,
-                  peak_flops_ / 1e9, peak_source_));
+                  backend_->name() == "cpu" ? " on " + host_cpu_.description() : "", backend_->attention_name(),
+                  link_.description, peak_flops_ / 1e9, peak_source_));
   RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
                  .tokens_per_step = tokens_per_step,
                  .steps = options_.steps,
@@ -383,6 +385,7 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std:
                    .threads = threads_,
                    .overlap_choice = overlap_choice_.summary(),
                    .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary() : nlohmann::json(),
+                   .attention = backend_->attention_name(),
                    .host_cpu = host_cpu_});
   for (const std::string& line : summary.lines) say(line);
   if (op_times_) {  // rank 0's own operations

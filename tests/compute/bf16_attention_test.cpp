@@ -214,7 +214,7 @@ Results run(Backend& backend, const Shape& s, const std::vector<float>& qkv, con
   Results r{std::vector<float>(s.B * s.T * s.C), std::vector<float>(s.B * s.NH * s.T * s.T),
             std::vector<float>(qkv.size(), std::numeric_limits<float>::quiet_NaN())};
   backend.attention_forward(r.out.data(), r.probs.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-  backend.attention_backward(r.dqkv.data(), dout.data(), qkv.data(),
+  backend.attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
                              probs_in.empty() ? r.probs.data() : probs_in.data(), s.B, s.T, s.C, s.NH);
   omp_set_num_threads(saved);
   return r;

@@ -112,8 +112,14 @@ TEST_P(MemoryLayout, ArenaBytesFromTheConfigurationEqualGptsTable) {
     config.heads = s.heads;
     const ParameterLayout layout(config);
     const Gpt gpt(layout, *be, s.windows);
+    // What attention keeps per window and head: the [T,T] probabilities, or a fused attention's [T] fp32 row
+    // statistics.
+    const std::size_t T = std::size_t(s.seq);
+    const std::size_t saved = be->attention_saved_bytes(T, std::size_t(s.width), std::size_t(s.heads));
+    EXPECT_EQ(saved, be->attention_name().starts_with("gemm") ? T * T * element_size(act()) : T * sizeof(float))
+        << be->attention_name();
     EXPECT_EQ(activation_arena_bytes(config, double(s.windows), double(element_size(act())),
-                                      double(element_size(be->gradient_dtype()))),
+                                      double(element_size(be->gradient_dtype())), double(saved)),
               double(gpt.activation_bytes()))
         << describe(config) << ", " << s.windows << " windows";
   }
@@ -143,7 +149,8 @@ TEST_P(MemoryLayout, GptActivationTableNamesEveryTensorOfALayer) {
     expect(h + "ln1_mean", N, F);
     expect(h + "ln1_rstd", N, F);
     expect(h + "qkv", N * 3 * C, A);
-    expect(h + "probs", windows * 2 * 5 * 5, A);  // [B, NH, T, T]
+    // [B, NH, T, T] activations, or a fused attention's [B, NH, T] fp32 statistics, counted in bytes
+    expect(h + "att_saved", windows * 2 * (be->attention_name().starts_with("gemm") ? 5 * 5 * A : 5 * F), 1);
     expect(h + "atty", N * C, A);
     expect(h + "res2", N * C, A);
     expect(h + "ln2", N * C, A);

@@ -146,15 +146,16 @@ TEST_P(AttentionGradient, AllOfQkv) {
   const auto [B, T, C, NH] = std::get<1>(GetParam());
   auto qkv = uniform(rng, B * T * 3 * C, -1.5, 1.5);
   const auto r = uniform(rng, B * T * C, -1, 1);
-  auto out = activations(B * T * C), probs = activations(B * NH * T * T), d_qkv = activations(qkv.size());
+  auto out = activations(B * T * C), d_qkv = activations(qkv.size());
+  test::DeviceVector<std::uint8_t> saved(device(), B * NH * be->attention_saved_bytes(T, C, NH));
   auto loss = [&] {
     d_qkv.upload(qkv);
-    be->attention_forward(out.data(), probs.data(), d_qkv.data(), B, T, C, NH);
+    be->attention_forward(out.data(), saved.data(), d_qkv.data(), B, T, C, NH);
     return weighted_sum(out.download(), r);
   };
   loss();
   auto dqkv = activations(not_numbers(qkv.size()));
-  be->attention_backward(dqkv.data(), activations(r).data(), d_qkv.data(), probs.data(), B, T, C, NH);
+  be->attention_backward(dqkv.data(), activations(r).data(), d_qkv.data(), out.data(), saved.data(), B, T, C, NH);
   // Scores are O(1) (|q·k|/√d ≲ 1.5), so the softmax's third derivatives are O(1): kTolerance. Keys and values of
   // later positions must get exactly nothing from earlier queries — the finite difference is then exactly 0.
   check_gradient("dqkv", qkv.data(), widened(dqkv.download()).data(), qkv.size(), loss, kStep, kTolerance);

@@ -47,7 +47,7 @@ class OpTiming : public ::testing::Test {
     be.matmul_backward(din.data(), dw.data(), dbias.data(), dout.data(), in.data(), w.data(), N, T, C, OC, OC);
     be.matmul_backward(nullptr, dw2.data(), nullptr, dout.data(), in.data(), w.data(), N, T, C, OC, OC);
     be.attention_forward(atty.data(), probs.data(), qkv.data(), B, T, C, NH);
-    be.attention_backward(dqkv.data(), datty.data(), qkv.data(), probs.data(), B, T, C, NH);
+    be.attention_backward(dqkv.data(), datty.data(), qkv.data(), atty.data(), probs.data(), B, T, C, NH);
     std::vector<float> all;
     for (const auto* v : {&out, &din, &dw, &dbias, &dw2, &atty, &probs, &dqkv})
       all.insert(all.end(), v->begin(), v->end());

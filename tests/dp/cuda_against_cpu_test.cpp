@@ -76,7 +76,7 @@ class CudaAgainstCpu : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (const std::string why = test::backend_under_test_unavailable(GetParam()); !why.empty()) GTEST_SKIP() << why;
   }
-  bool on_gpu() const { return GetParam() == "cuda"; }
+  bool on_gpu() const { return GetParam() != test::kCudaOnCpu; }
   std::unique_ptr<Backend> cuda() const { return test::make_backend_under_test(GetParam()); }
   // What the training tests run: on a GPU the small shape, 8 windows, 50 steps; on the harness (which runs each
   // GPU thread as a CPU thread: a tiny step takes seconds) the tiny shape, 4 windows, 3 steps, too few to ask
@@ -124,8 +124,9 @@ TEST_P(CudaAgainstCpu, WholeModelLossAndGradient) {
       if (norm > 0 && std::sqrt(diff / norm) > worst) worst = std::sqrt(diff / norm), worst_name = e.name;
     }
     // The margins, for the record: how far inside the bounds the backend is.
-    std::printf("width %d: loss %.6f (cpu %.6f, relative %.2e); worst gradient tensor %s, relative L2 error %.2e\n",
-                config.width, b.loss, a.loss, std::abs(b.loss - a.loss) / a.loss, worst_name.c_str(), worst);
+    std::printf("%s, width %d: loss %.6f (cpu %.6f, relative %.2e); worst gradient tensor %s, relative L2 error "
+                "%.2e\n",
+                bf16_backend->attention_name().c_str(), config.width, b.loss, a.loss, std::abs(b.loss - a.loss) / a.loss, worst_name.c_str(), worst);
   }
 }
 
@@ -170,7 +171,13 @@ TEST_P(CudaAgainstCpu, TwoRunsAreBitwiseEqual) {
   EXPECT_EQ(hashes[0], hashes[1]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, CudaAgainstCpu, ::testing::Values("cuda", test::kCudaOnCpu),
+std::vector<std::string> backends() {
+  std::vector<std::string> names = test::gpu_backends_under_test();
+  names.push_back(test::kCudaOnCpu);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CudaAgainstCpu, ::testing::ValuesIn(backends()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

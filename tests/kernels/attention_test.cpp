@@ -356,7 +356,8 @@ TEST_F(Attention, ForwardAndBackwardComposedAsOnTheGpuMatchTheCpuBackend) {
     gpu_backward(s, f, dout, dqkv);
     const std::vector<float> dout_f = as_floats(dout);
     std::vector<float> dqkv_ref(3 * n, NAN);
-    cpu->attention_backward(dqkv_ref.data(), dout_f.data(), qkv_f.data(), probs_ref.data(), s.B, T, s.C, s.NH);
+    cpu->attention_backward(dqkv_ref.data(), dout_f.data(), qkv_f.data(), out_ref.data(), probs_ref.data(), s.B, T,
+                            s.C, s.NH);
     // With p̂ = p(1 + ε), |ε| ≤ 2⁻⁸ + relative: the kernel's dot Σ p̂·dP moves by ≤ |ε|·Σ p|dP|, so its dS_ij moves
     // by ≤ |ε|·E_ij (E as in gradient_magnitudes), and its BF16 rounding adds 2⁻⁸·|dS| ≤ 2⁻⁸·E_ij: dŜ is within
     // 2.2·2⁻⁸·E_ij. The GEMM gives dq within 2.3·2⁻⁸·M (M = scale·Σ_j E_ij|k_j|; fp32 order adds T·u·M), dv within

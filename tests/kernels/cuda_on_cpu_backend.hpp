@@ -29,9 +29,24 @@ std::unique_ptr<Backend> make_harness_backend(const std::string& name, std::uniq
 // here (cuda without a GPU) is skipped by the tests with backend_under_test_unavailable()'s reason. The cpu backend
 // over oneDNN's sgemm (--cpu-gemm onednn), where the build has it.
 inline constexpr const char* kCpuOnednn = "cpu_onednn";
+// The cuda backend told --attention gemm, where the build has cuDNN (its plain "cuda" then fuses attention where
+// cuDNN takes the heads): the GEMM attention stays tested on a GPU beside the fused one.
+inline constexpr const char* kCudaGemmAttention = "cuda_gemm_attention";
+
+// The GPU backends under test: "cuda", and kCudaGemmAttention where the build has cuDNN.
+inline std::vector<std::string> gpu_backends_under_test() {
+#ifdef DPTRAIN_HAVE_CUDNN
+  return {"cuda", kCudaGemmAttention};
+#else
+  return {"cuda"};
+#endif
+}
 
 inline std::vector<std::string> backends_under_test() {
-  std::vector<std::string> names = backend_names();
+  std::vector<std::string> names = {"cpu"};
+  for (const std::string& backend : backend_names())
+    if (backend == "cuda")
+      for (const std::string& gpu : gpu_backends_under_test()) names.push_back(gpu);
   for (const std::string& gemm : cpu_gemm_names())
     if (gemm == "onednn") names.push_back(kCpuOnednn);
   names.push_back(kCudaOnCpu);
@@ -39,10 +54,12 @@ inline std::vector<std::string> backends_under_test() {
 }
 inline std::unique_ptr<Backend> make_backend_under_test(const std::string& name) {
   if (name == kCpuOnednn) return make_cpu_backend("onednn");
+  if (name == kCudaGemmAttention) return make_backend("cuda", {}, nullptr, "gemm");
   return name == kCudaOnCpu ? make_cuda_on_cpu_backend() : make_backend(name);
 }
 inline std::string backend_under_test_unavailable(const std::string& name) {
   if (name == kCpuOnednn) return cpu_gemm_unavailable("onednn");
+  if (name == kCudaGemmAttention) return backend_unavailable("cuda");
   return name == kCudaOnCpu ? "" : backend_unavailable(name);
 }
 

@@ -101,12 +101,23 @@ class Backend {
   // gradient as the batch in one piece (where guarantees().micro_batch_invariant).
   virtual void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
                                std::size_t N, std::size_t T, std::size_t C, std::size_t OC, std::size_t ld_out) = 0;
-  // Causal multi-head attention. qkv[B,T,3C] (q | k | v, heads of C/NH contiguous in each), probs[B,NH,T,T],
-  // out[B,T,C]. Backward: dqkv = ∂/∂qkv.
-  virtual void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
+  // Causal multi-head attention. qkv[B,T,3C] (q | k | v, heads of C/NH contiguous in each), out[B,T,C].
+  // `saved` is what forward keeps for backward, B·NH·attention_saved_bytes(T, C, NH) bytes: the probabilities
+  // [B,NH,T,T] in activation_dtype() where the scores are multiplied out (gemm), or the rows' softmax statistics
+  // [B,NH,T] fp32 of a fused attention. Backward: dqkv = ∂/∂qkv, from dout and the forward's qkv, out and saved.
+  virtual void attention_forward(void* out, void* saved, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
                                  std::size_t NH) = 0;
-  virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs, std::size_t B,
-                                  std::size_t T, std::size_t C, std::size_t NH) = 0;
+  virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* saved,
+                                  std::size_t B, std::size_t T, std::size_t C, std::size_t NH) = 0;
+  // Bytes attention saves per window and head for backward, for heads of this shape. UserError where the backend
+  // was told to fuse attention and cannot for this shape.
+  virtual std::size_t attention_saved_bytes(std::size_t T, std::size_t C, std::size_t NH) const {
+    return T * T * element_size(activation_dtype());
+  }
+  // How attention is computed for the model reserve_scratch was last given: "gemm" (products and a softmax, the
+  // [T,T] probabilities saved; "gemm (why)" where --attention auto found the fused attention refusing the heads),
+  // or "fused (...)" naming the library.
+  virtual std::string attention_name() const { return "gemm"; }
 
   // Tanh-approximate GELU, elementwise over n. Backward: din = dout·gelu'(in).
   virtual void gelu_forward(void* out, const void* in, std::size_t n) = 0;
@@ -160,16 +171,25 @@ std::vector<std::string> backend_names();
 std::string backend_unavailable(std::string_view name, Placement placement = {});
 // --device auto: "cuda" where the build has it and a GPU is visible, else "cpu".
 std::string auto_backend_name();
+// --attention: "gemm" (the score products multiplied out, on every backend), "fused" (cuDNN's flash attention, on
+// the cuda backend of a build with cuDNN), "auto" (fused where the GPU's cuDNN supports the shape, else gemm).
+inline constexpr std::string_view kAttentionModes[] = {"auto", "gemm", "fused"};
+// Why --attention `mode` cannot run on backend `name` in this build (one line), empty if it can; "fused" may still
+// be refused by the GPU's cuDNN when the model is laid out (UserError then).
+std::string attention_unavailable(std::string_view name, std::string_view mode);
+
 // A backend by name; UserError with backend_unavailable()'s line where it cannot run. cpu_gemm: the cpu backend's
-// sgemm library (cpu_gemm.hpp; OpenBLAS where null), ignored by the others.
+// sgemm library (cpu_gemm.hpp; OpenBLAS where null), ignored by the others. attention: one of kAttentionModes
+// (UserError with attention_unavailable()'s line where it cannot run).
 std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement = {},
-                                      std::shared_ptr<const CpuGemm> cpu_gemm = nullptr);
+                                      std::shared_ptr<const CpuGemm> cpu_gemm = nullptr,
+                                      std::string_view attention = "auto");
 // The cpu backend multiplies with whatever `*gemm` holds at each call: its owner may change the library before the
 // first operation (--cpu-gemm auto decides once the ranks can time it together), never after.
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const CpuGemm> gemm);
 std::unique_ptr<Backend> make_cpu_backend(std::string_view gemm = "openblas");
 #ifdef DPTRAIN_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int gpu);  // src/compute/cuda/
+std::unique_ptr<Backend> make_cuda_backend(int gpu, std::string_view attention = "auto");  // src/compute/cuda/
 std::unique_ptr<Device> make_cuda_device(int gpu);    // the GPU alone (memory, streams, events), made current
 int visible_gpu_count(std::string* reason = nullptr);
 #endif

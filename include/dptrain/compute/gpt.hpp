@@ -57,7 +57,7 @@ class Gpt {
     void* ln1;                     // [N,C]
     float *ln1_mean, *ln1_rstd;    // [N]
     void* qkv;                     // [N,3C]
-    void* probs;                   // [B,NH,T,T]
+    void* att_saved;               // what attention keeps for backward (Backend::attention_saved_bytes)
     void* atty;                    // [N,C] attention output before its projection
     void* res2;                    // [N,C] stream after the attention branch
     void* ln2;                     // [N,C]

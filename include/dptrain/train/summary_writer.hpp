@@ -43,6 +43,7 @@ struct SummaryInputs {
   int threads = 1;     // per rank
   nlohmann::json overlap_choice;  // OverlapChoice::summary()
   nlohmann::json cpu_gemm;        // CpuGemmChoice::summary(); null on cuda
+  std::string attention;          // Backend::attention_name()
   CpuInfo host_cpu;               // rank 0's host CPU
 };
 

@@ -9,6 +9,8 @@
 // device buffer sized for the largest operation when the model lays out its activations (reserve_scratch).
 #include "bf16_backend.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "dptrain/core/bf16.hpp"
+#include "dptrain/core/error.hpp"
 #include "dptrain/model/layout.hpp"
 
 namespace dptrain {
@@ -84,11 +87,13 @@ class Scratch {
 class Bf16Backend final : public Backend {
  public:
   Bf16Backend(std::string name, std::unique_ptr<Device> device, std::unique_ptr<Bf16Kernels> kernels,
-              std::unique_ptr<GemmRunner> gemm)
+              std::unique_ptr<GemmRunner> gemm, std::unique_ptr<FusedAttention> fused, std::string attention)
       : name_(std::move(name)),
         device_(std::move(device)),
         kernels_(std::move(kernels)),
         gemm_(std::move(gemm)),
+        fused_(std::move(fused)),
+        attention_mode_(std::move(attention)),
         scratch_(*device_) {}
 
   std::string name() const override { return name_; }
@@ -155,14 +160,36 @@ class Bf16Backend final : public Backend {
   // parameter).
   void reserve_scratch(const ModelConfig& c, std::size_t rows) override {
     const std::size_t T = std::size_t(c.seq), C = std::size_t(c.width), NH = std::size_t(c.heads), B = rows / T;
-    scratch_.reserve(std::max({total_bytes(attention_forward_scratch(B, T, C, NH)),
-                               total_bytes(attention_backward_scratch(B, T, C, NH)),
+    const bool fused = use_fused(T, C, NH);
+    attention_name_ = fused || attention_mode_ == "gemm" || !fused_
+                          ? (fused ? fused_->name() : "gemm")
+                          : fmt::format("gemm ({})", fused_->unsupported(T, C, NH));
+    const std::size_t attention =
+        fused ? aligned(fused_->workspace_bytes(B, T, C, NH))
+              : std::max(total_bytes(attention_forward_scratch(B, T, C, NH)),
+                         total_bytes(attention_backward_scratch(B, T, C, NH)));
+    scratch_.reserve(std::max({attention,
                                aligned(kernels_->layernorm_backward_scratch_bytes(rows, C)),
                                aligned(kernels_->bias_backward_scratch_bytes(rows, 4 * C)),
                                aligned(4 * C * sizeof(bf16)),
                                aligned(kernels_->sum_of_squares_scratch_bytes(ParameterLayout(c).total()))}));
   }
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
+
+  // ---- how attention is computed ----------------------------------------------------------------------------
+  // Fused where asked for ("fused": or else UserError) or allowed ("auto") and the fused attention takes the heads.
+  bool use_fused(std::size_t T, std::size_t C, std::size_t NH) const {
+    if (attention_mode_ == "gemm") return false;
+    const std::string why =
+        fused_ ? fused_->unsupported(T, C, NH) : "the " + name_ + " backend has no fused attention here";
+    if (why.empty()) return true;
+    if (attention_mode_ == "fused") throw UserError("--attention fused: " + why);
+    return false;
+  }
+  std::size_t attention_saved_bytes(std::size_t T, std::size_t C, std::size_t NH) const override {
+    return use_fused(T, C, NH) ? T * sizeof(float) : T * T * sizeof(bf16);
+  }
+  std::string attention_name() const override { return attention_name_; }
 
   // ---- the model -------------------------------------------------------------------------------------------
   void embedding_forward(void* out, const std::int32_t* tokens, const void* wte, const void* wpe, std::size_t N,
@@ -214,8 +241,12 @@ class Bf16Backend final : public Backend {
 
   // Attention as permute + strided-batched GEMMs over the B·NH heads in causal row blocks + the causal softmax
   // kernels.
-  void attention_forward(void* out, void* probs, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
+  void attention_forward(void* out, void* saved, const void* qkv, std::size_t B, std::size_t T, std::size_t C,
                          std::size_t NH) override {
+    if (use_fused(T, C, NH))
+      return fused_->forward(h(out), f(saved), h(qkv), B, T, C, NH,
+                             scratch_.get(fused_->workspace_bytes(B, T, C, NH)));
+    bf16* probs = h(saved);  // [B,NH,T,T]
     const std::size_t heads = B * NH;
     const auto r = scratch_.regions(attention_forward_scratch(B, T, C, NH));
     bf16 *q = h(r[0]), *k = h(r[1]), *v = h(r[2]), *y = h(r[3]);  // [B,NH,T,hs]
@@ -227,8 +258,12 @@ class Bf16Backend final : public Backend {
     gemm_->run(causal(attention_output_plan(B, T, C, NH)), {{R::probs, probs}, {R::v, v}, {R::y, y}}, DType::bf16);
     kernels_->unpermute(h(out), y, B, T, C, NH);
   }
-  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* probs, std::size_t B,
-                          std::size_t T, std::size_t C, std::size_t NH) override {
+  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* saved,
+                          std::size_t B, std::size_t T, std::size_t C, std::size_t NH) override {
+    if (use_fused(T, C, NH))
+      return fused_->backward(h(dqkv), h(dout), h(qkv), h(out), f(saved), B, T, C, NH,
+                              scratch_.get(fused_->workspace_bytes(B, T, C, NH)));
+    const bf16* probs = h(saved);  // [B,NH,T,T]
     const std::size_t heads = B * NH;
     const auto r = scratch_.regions(attention_backward_scratch(B, T, C, NH));
     bf16 *q = h(r[0]), *k = h(r[1]), *v = h(r[2]), *dy = h(r[3]), *dq = h(r[4]), *dk = h(r[5]), *dv = h(r[6]);
@@ -300,6 +335,9 @@ class Bf16Backend final : public Backend {
   std::unique_ptr<Device> device_;
   std::unique_ptr<Bf16Kernels> kernels_;
   std::unique_ptr<GemmRunner> gemm_;
+  std::unique_ptr<FusedAttention> fused_;
+  std::string attention_mode_;
+  std::string attention_name_ = "gemm";  // of the shape reserve_scratch was given
   Scratch scratch_;
   int reserved_views_ = 0;
   std::vector<const void*> live_views_;
@@ -308,8 +346,10 @@ class Bf16Backend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_bf16_backend(std::string name, std::unique_ptr<Device> device,
-                                           std::unique_ptr<Bf16Kernels> kernels, std::unique_ptr<GemmRunner> gemm) {
-  return std::make_unique<Bf16Backend>(std::move(name), std::move(device), std::move(kernels), std::move(gemm));
+                                           std::unique_ptr<Bf16Kernels> kernels, std::unique_ptr<GemmRunner> gemm,
+                                           std::unique_ptr<FusedAttention> fused, std::string attention) {
+  return std::make_unique<Bf16Backend>(std::move(name), std::move(device), std::move(kernels), std::move(gemm),
+                                       std::move(fused), std::move(attention));
 }
 
 }  // namespace dptrain

@@ -9,12 +9,18 @@
 
 #include "bf16_kernels.hpp"
 #include "dptrain/compute/backend.hpp"
+#include "fused_attention.hpp"
 #include "gemm_runner.hpp"
 
 namespace dptrain {
 
-// `kernels` and `gemm` work on `device` (its memory, its compute stream); the backend owns all three.
+// `kernels`, `gemm` and `fused` work on `device` (its memory, its compute stream); the backend owns them all.
+// Attention is `fused` where `attention` (backend.hpp's kAttentionModes) is "fused", or "auto" and `fused` takes
+// the model's heads; else the GEMMs and softmax kernels. fused may be null (no fused attention here): "fused" is
+// then refused (UserError) when the model is laid out, as is a shape `fused` does not take.
 std::unique_ptr<Backend> make_bf16_backend(std::string name, std::unique_ptr<Device> device,
-                                           std::unique_ptr<Bf16Kernels> kernels, std::unique_ptr<GemmRunner> gemm);
+                                           std::unique_ptr<Bf16Kernels> kernels, std::unique_ptr<GemmRunner> gemm,
+                                           std::unique_ptr<FusedAttention> fused = nullptr,
+                                           std::string attention = "gemm");
 
 }  // namespace dptrain

@@ -323,8 +323,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_backward(void* dqkv_, const void* dout_, const void* qkv_, const void* probs_, std::size_t B,
-                          std::size_t T, std::size_t C, std::size_t NH) override {
+  void attention_backward(void* dqkv_, const void* dout_, const void* qkv_, const void* /*out*/, const void* probs_,
+                          std::size_t B, std::size_t T, std::size_t C, std::size_t NH) override {
     float* dqkv = f(dqkv_);
     const float *dout = f(dout_), *qkv = f(qkv_), *probs = f(probs_);
     if (gemm_->batched_bf16)

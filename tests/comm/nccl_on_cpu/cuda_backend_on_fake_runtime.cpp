@@ -13,7 +13,7 @@
 
 namespace dptrain {
 
-std::unique_ptr<Backend> make_cuda_backend(int gpu) {
+std::unique_ptr<Backend> make_cuda_backend(int gpu, std::string_view /*attention: the GEMM attention only*/) {
   auto device = std::make_unique<cuda::CudaDevice>(gpu);
   cudaStream_t stream = device->stream();
   return test::make_harness_backend("cuda", std::move(device), [stream](std::function<void()> work) {
