@@ -56,8 +56,8 @@ nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 > "$OUT/
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,compute_mode --format=csv
   nvcc --version | tail -2
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())))'
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "cudnn", torch.backends.cudnn.version())'
   echo "nccl loaded by dptrain: $(nccl_loaded_version)"
-  ours ldd "$bin/dptrain" | grep -E "not found|cublas|cudart|nccl|stdc" || true
+  ours ldd "$bin/dptrain" | grep -E "not found|cublas|cudart|nccl|cudnn|nvrtc|stdc" || true
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
