@@ -3,15 +3,25 @@
 // threads in a fixed order, and the grids depend on the shape only, so the bits do not depend on timing or on the
 // device.
 #include "reductions.cuh"
+#include "vectorized.cuh"
 
 namespace dptrain::kernels {
 
+// Each thread's partials are loaded kBatch at a time (independent loads in flight: the sum is latency-bound
+// otherwise) and added in order p = 0, 1, …, so the bits are those of the plain loop.
 __global__ void sum_partials(float* out0, float* out1, const float* partials, std::size_t parts, std::size_t n) {
+  constexpr std::size_t kBatch = 8;
   const std::size_t width = out1 ? 2 * n : n;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < width;
        i += std::size_t(gridDim.x) * blockDim.x) {
     float sum = 0.0f;
-    for (std::size_t p = 0; p < parts; ++p) sum += partials[p * width + i];
+    std::size_t p = 0;
+    for (; p + kBatch <= parts; p += kBatch) {
+      float x[kBatch];
+      for (std::size_t b = 0; b < kBatch; ++b) x[b] = partials[(p + b) * width + i];
+      for (std::size_t b = 0; b < kBatch; ++b) sum += x[b];
+    }
+    for (; p < parts; ++p) sum += partials[p * width + i];
     if (i < n)
       out0[i] += sum;
     else
@@ -19,14 +29,37 @@ __global__ void sum_partials(float* out0, float* out1, const float* partials, st
   }
 }
 
-// A thread per column (columns tid, tid + blockDim, …), the block's rows in order.
+// Each thread sums W adjacent columns (one 16-byte access per row where W = 8), columns [tid·W, tid·W + W),
+// [(tid + blockDim)·W, …), …; each column over the block's rows in order, kRowBatch rows loaded before they are
+// added (independent loads in flight), so each column's sum has the bits of the plain loop on either path.
+template <unsigned W>
+__device__ void bias_columns(float* out, const bf16* dout, std::size_t first, std::size_t last, std::size_t OC,
+                             std::size_t ld) {
+  for (std::size_t o = std::size_t(threadIdx.x) * W; o < OC; o += std::size_t(blockDim.x) * W) {
+    float sum[W] = {};
+    std::size_t r = first;
+    for (; r + kRowBatch <= last; r += kRowBatch) {
+      Lanes<bf16, W> x[kRowBatch];
+      for (unsigned b = 0; b < kRowBatch; ++b) x[b] = load_lanes<W>(dout + (r + b) * ld + o);
+      for (unsigned b = 0; b < kRowBatch; ++b)
+        for (unsigned k = 0; k < W; ++k) sum[k] += to_f32(x[b].at[k]);
+    }
+    for (; r < last; ++r) {
+      const Lanes<bf16, W> x = load_lanes<W>(dout + r * ld + o);
+      for (unsigned k = 0; k < W; ++k) sum[k] += to_f32(x.at[k]);
+    }
+    for (unsigned k = 0; k < W; ++k) out[o + k] = sum[k];
+  }
+}
+
 __global__ void bias_backward(float* partials, const bf16* dout, std::size_t N, std::size_t OC, std::size_t ld) {
   const std::size_t rows = partial_rows(N, gridDim.x), first = std::size_t(blockIdx.x) * rows;
   const std::size_t last = first + rows < N ? first + rows : N;
-  for (std::size_t o = threadIdx.x; o < OC; o += blockDim.x) {
-    float sum = 0.0f;
-    for (std::size_t r = first; r < last; ++r) sum += to_f32(dout[r * ld + o]);
-    partials[std::size_t(blockIdx.x) * OC + o] = sum;
+  float* out = partials + std::size_t(blockIdx.x) * OC;
+  if (aligned16(dout) && OC % 8 == 0 && ld % 8 == 0) {  // every row's chunks of 8 are 16-byte aligned
+    bias_columns<8>(out, dout, first, last, OC, ld);
+  } else {
+    bias_columns<1>(out, dout, first, last, OC, ld);
   }
 }
 

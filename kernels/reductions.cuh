@@ -10,6 +10,8 @@ namespace dptrain::kernels {
 // Stage 1 splits the N rows into partial_row_blocks(N) contiguous ranges of partial_rows(N, blocks) rows, one per
 // block, in order; each block writes its column sums as one row of a [blocks][width] array of partials.
 constexpr unsigned kPartialThreads = 256;
+// Rows whose loads a thread issues before adding them, in order (memory-level parallelism; the same bits).
+constexpr unsigned kRowBatch = 4;
 constexpr unsigned kPartialMaxBlocks = 512;
 constexpr std::size_t kPartialMinRows = 32;
 constexpr unsigned partial_row_blocks(std::size_t N) {

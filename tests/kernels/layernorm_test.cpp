@@ -51,7 +51,8 @@ class LayerNormBackward : public KernelTest {
 TEST_F(LayerNormBackward, MatchesTheCpuBackend) {
   // One row and one channel; C below, at and above a warp and a block, not a multiple of 32; rows for one and for
   // several blocks (32 rows a block at these N), a row count no block size divides.
-  for (const Shape s : {Shape{1, 1}, Shape{1, 37}, Shape{5, 32}, Shape{33, 300}, Shape{70, 5}, Shape{100, 768}}) {
+  for (const Shape s : {Shape{1, 1}, Shape{1, 37}, Shape{5, 32}, Shape{33, 300}, Shape{70, 5}, Shape{100, 768},
+                        Shape{9, 2056}}) {  // and 16-byte rows of more chunks of 8 than a block has threads
     SCOPED_TRACE(::testing::Message() << "N " << s.N << " C " << s.C);
     const std::size_t N = s.N, C = s.C;
     std::vector<bf16> in = random_bf16(rng, N * C, -2, 2);

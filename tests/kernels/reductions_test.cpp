@@ -32,10 +32,10 @@ class Reductions : public KernelTest {
     return dbias;
   }
 
-  static std::vector<float> bias_gradient(std::vector<float> dbias, const std::vector<bf16>& dout, std::size_t N,
-                                          std::size_t OC, std::size_t ld) {
+  static std::vector<float> bias_gradient(std::vector<float> dbias, const bf16* dout, std::size_t N, std::size_t OC,
+                                          std::size_t ld) {
     std::vector<float> scratch(kernels::bias_backward_scratch_bytes(N, OC) / sizeof(float), NAN);
-    cuda_on_cpu::launch(kernels::bias_backward, kernels::bias_backward_launch(N), scratch.data(), dout.data(), N, OC,
+    cuda_on_cpu::launch(kernels::bias_backward, kernels::bias_backward_launch(N), scratch.data(), dout, N, OC,
                         ld);
     cuda_on_cpu::launch(kernels::sum_partials, kernels::sum_partials_launch(OC), dbias.data(),
                         static_cast<float*>(nullptr), static_cast<const float*>(scratch.data()),
@@ -59,16 +59,17 @@ TEST_F(Reductions, BiasGradientMatchesTheCpuBackend) {
     std::size_t N, OC, ld;
   };
   // One row, one column; OC not a multiple of 32, above a block's 256 threads; one block's rows and many blocks';
-  // rows padded by one and to 64, the padding NaN (read, it would make the sums NaN).
+  // rows padded by one and to 64, the padding NaN (read, it would make the sums NaN); 16-byte rows (OC and ld
+  // multiples of 8) of more columns than a block's threads take 8 at a time, and padded.
   for (const Shape s : {Shape{1, 1, 1}, Shape{1, 300, 300}, Shape{33, 37, 37}, Shape{100, 600, 600}, Shape{700, 5, 5},
-                        Shape{33, 37, 38}, Shape{100, 5, 64}}) {
+                        Shape{33, 37, 38}, Shape{100, 5, 64}, Shape{40, 2056, 2056}, Shape{50, 64, 72}}) {
     SCOPED_TRACE(::testing::Message() << "N " << s.N << " OC " << s.OC << " ld " << s.ld);
     std::vector<bf16> dout = random_bf16(rng, s.N * s.ld, -1, 1);
     for (std::size_t r = 0; r < s.N; ++r)
       for (std::size_t o = s.OC; o < s.ld; ++o) dout[r * s.ld + o] = to_bf16(NAN);
     const std::vector<float> dbias0 = random_f32(rng, s.OC, -1, 1);
     const std::vector<float> ref = cpu_bias_gradient(dbias0, dout, s.N, s.OC, s.ld);
-    const std::vector<float> got = bias_gradient(dbias0, dout, s.N, s.OC, s.ld);
+    const std::vector<float> got = bias_gradient(dbias0, dout.data(), s.N, s.OC, s.ld);
     const std::vector<float> doutf = widen(dout);
     for (std::size_t o = 0; o < s.OC; ++o) {
       double terms = std::abs(dbias0[o]);
@@ -76,9 +77,22 @@ TEST_F(Reductions, BiasGradientMatchesTheCpuBackend) {
       ASSERT_TRUE(std::isfinite(terms)) << "column " << o;
       ASSERT_NEAR(got[o], ref[o], 2.0 * double(s.N + 1) * kF32Eps * terms) << "column " << o;
     }
-    const std::vector<float> again = bias_gradient(dbias0, dout, s.N, s.OC, s.ld);
+    const std::vector<float> again = bias_gradient(dbias0, dout.data(), s.N, s.OC, s.ld);
     for (std::size_t o = 0; o < s.OC; ++o) ASSERT_EQ(bits(again[o]), bits(got[o])) << "column " << o;
   }
+}
+
+// The 16-byte path (aligned rows of a multiple of 8) and the one-element path (the same rows one element off 16-byte
+// alignment) add each column's rows in the same order: the same bits.
+TEST_F(Reductions, BiasGradientIsTheSameOnBothAccessPaths) {
+  const std::size_t N = 333, OC = 264;  // 11 blocks of 31 rows (the last shorter), 33 chunks of 8
+  const std::vector<bf16> dout = random_bf16(rng, N * OC, -1, 1);
+  std::vector<bf16> shifted(dout.size() + 8);
+  std::copy(dout.begin(), dout.end(), shifted.begin() + 1);
+  const std::vector<float> dbias0 = random_f32(rng, OC, -1, 1);
+  const std::vector<float> aligned = bias_gradient(dbias0, dout.data(), N, OC, OC);
+  const std::vector<float> unaligned = bias_gradient(dbias0, shifted.data() + 1, N, OC, OC);
+  for (std::size_t o = 0; o < OC; ++o) ASSERT_EQ(bits(aligned[o]), bits(unaligned[o])) << "column " << o;
 }
 
 TEST_F(Reductions, BiasGradientOfExactSumsIsBitwise) {
@@ -86,7 +100,7 @@ TEST_F(Reductions, BiasGradientOfExactSumsIsBitwise) {
   const std::vector<bf16> dout = random_quarters_bf16(rng, N * OC);
   const std::vector<float> dbias0 = random_quarters_f32(rng, OC);
   const std::vector<float> ref = cpu_bias_gradient(dbias0, dout, N, OC, OC);
-  const std::vector<float> got = bias_gradient(dbias0, dout, N, OC, OC);
+  const std::vector<float> got = bias_gradient(dbias0, dout.data(), N, OC, OC);
   for (std::size_t o = 0; o < OC; ++o) ASSERT_EQ(bits(got[o]), bits(ref[o])) << "column " << o;
 }
 
