@@ -101,10 +101,21 @@ if os.path.exists(p):
     flagged = {}
     lines = open(p, errors="replace").read().splitlines()
     for i, line in enumerate(lines[:-1]):
-        if "Uninitialized" in line and " at " in lines[i + 1]:
+        if "Uninitialized" in line and "by cudaMemcpy" in line:  # a copy to the host, not a kernel
+            flagged["cudaMemcpy source"] = flagged.get("cudaMemcpy source", 0) + 1
+        elif "Uninitialized" in line and " at " in lines[i + 1]:
             kernel = lines[i + 1].split(" at ", 1)[1].split("(")[0].strip()
             flagged[kernel] = flagged.get(kernel, 0) + 1
     summary["sanitizer_initcheck_kernels"] = flagged
+# The kernels racecheck reported shared-memory hazards in, and how often.
+p = os.path.join(out, "sanitizer-racecheck.txt")
+if os.path.exists(p):
+    races = {}
+    for line in open(p, errors="replace"):
+        found = re.search(r"Race reported between \w+ access at ([^+\s(]+)", line)
+        if found:
+            races[found.group(1)] = races.get(found.group(1), 0) + 1
+    summary["sanitizer_racecheck_kernels"] = races
 def training_run(log):
     """The medians of a training log's steps after the warm-up, and its summary record (None where absent)."""
     if not os.path.exists(log):
