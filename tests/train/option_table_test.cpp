@@ -44,6 +44,7 @@ const std::map<std::string, Sample>& samples() {
       {"--eval-every", {"9", "9"}},
       {"--eval-windows", {"5", "5"}},
       {"--device", {"cpu", "cpu"}},
+      {"--attention", {"gemm", "gemm"}},
       {"--cpu-gemm", {"onednn", "onednn"}},
       {"--allreduce", {"tree", "tree"}},
       {"--grad-dtype", {"fp32", "fp32"}},
