@@ -63,7 +63,8 @@ __device__ void weight_columns(float* partial, const bf16* dout, const bf16* in,
       }
       for (unsigned b = 0; b < kRowBatch; ++b) add(d[b], x[b], mean[row + b], rstd[row + b]);
     }
-    for (; row < last; ++row) add(load_lanes<W>(dout + row * C + c), load_lanes<W>(in + row * C + c), mean[row], rstd[row]);
+    for (; row < last; ++row)
+      add(load_lanes<W>(dout + row * C + c), load_lanes<W>(in + row * C + c), mean[row], rstd[row]);
     for (unsigned k = 0; k < W; ++k) {
       partial[c + k] = dw[k];
       partial[C + c + k] = db[k];

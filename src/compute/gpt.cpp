@@ -38,7 +38,8 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
   const auto inputs = a.add("inputs", N, sizeof(std::int32_t)), targets = a.add("targets", N, sizeof(std::int32_t));
   const auto embedded = a.add("embedded", N * C, A);
   struct LayerIds {
-    ActivationArena::Id ln1, ln1_mean, ln1_rstd, qkv, att_saved, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, out;
+    ActivationArena::Id ln1, ln1_mean, ln1_rstd, qkv, att_saved, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
+        out;
   };
   std::vector<LayerIds> ids;
   for (int l = 0; l < c.layers; ++l) {

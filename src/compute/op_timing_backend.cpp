@@ -173,8 +173,8 @@ class OpTimingBackend final : public Backend {
     timed(TimedOp::attention_forward, attention_forward_flops(B, T, C, NH),
           [&] { inner_->attention_forward(out, saved, qkv, B, T, C, NH); });
   }
-  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* saved, std::size_t B,
-                          std::size_t T, std::size_t C, std::size_t NH) override {
+  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* saved,
+                          std::size_t B, std::size_t T, std::size_t C, std::size_t NH) override {
     timed(TimedOp::attention_backward, attention_backward_flops(B, T, C, NH),
           [&] { inner_->attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH); });
   }

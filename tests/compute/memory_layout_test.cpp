@@ -119,7 +119,7 @@ TEST_P(MemoryLayout, ArenaBytesFromTheConfigurationEqualGptsTable) {
     EXPECT_EQ(saved, be->attention_name().starts_with("gemm") ? T * T * element_size(act()) : T * sizeof(float))
         << be->attention_name();
     EXPECT_EQ(activation_arena_bytes(config, double(s.windows), double(element_size(act())),
-                                      double(element_size(be->gradient_dtype())), double(saved)),
+                                     double(element_size(be->gradient_dtype())), double(saved)),
               double(gpt.activation_bytes()))
         << describe(config) << ", " << s.windows << " windows";
   }

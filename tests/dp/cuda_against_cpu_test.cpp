@@ -124,9 +124,11 @@ TEST_P(CudaAgainstCpu, WholeModelLossAndGradient) {
       if (norm > 0 && std::sqrt(diff / norm) > worst) worst = std::sqrt(diff / norm), worst_name = e.name;
     }
     // The margins, for the record: how far inside the bounds the backend is.
-    std::printf("%s, width %d: loss %.6f (cpu %.6f, relative %.2e); worst gradient tensor %s, relative L2 error "
-                "%.2e\n",
-                bf16_backend->attention_name().c_str(), config.width, b.loss, a.loss, std::abs(b.loss - a.loss) / a.loss, worst_name.c_str(), worst);
+    std::printf(
+        "%s, width %d: loss %.6f (cpu %.6f, relative %.2e); worst gradient tensor %s, relative L2 error "
+        "%.2e\n",
+        bf16_backend->attention_name().c_str(), config.width, b.loss, a.loss, std::abs(b.loss - a.loss) / a.loss,
+        worst_name.c_str(), worst);
   }
 }
 
