@@ -1,7 +1,9 @@
 // The backends of this build, by name, and whether one can run on this node.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/core/error.hpp"
@@ -54,9 +56,13 @@ std::string auto_backend_name() {
   return "cpu";
 }
 
+std::string unknown_attention_mode(std::string_view mode) {
+  if (std::find(std::begin(kAttentionModes), std::end(kAttentionModes), mode) != std::end(kAttentionModes)) return "";
+  return fmt::format("--attention: unknown mode '{}' (expected auto, gemm or fused)", mode);
+}
+
 std::string attention_unavailable(std::string_view name, std::string_view mode) {
-  if (mode != "auto" && mode != "gemm" && mode != "fused")
-    return fmt::format("--attention: unknown mode '{}' (expected auto, gemm or fused)", mode);
+  if (std::string unknown = unknown_attention_mode(mode); !unknown.empty()) return unknown;
   if (mode != "fused") return "";
   if (name == "cpu") return "--attention fused: the cpu backend has no fused attention (use gemm or auto)";
 #ifndef DPTRAIN_HAVE_CUDNN

@@ -147,8 +147,7 @@ void validate(const TrainOptions& o, int world_size) {
           o.batch, world_size, o.grad_accum);
   require(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
           "--device: unknown device '{}' (expected auto, cpu or cuda)", o.device);
-  require(std::find(std::begin(kAttentionModes), std::end(kAttentionModes), o.attention) != std::end(kAttentionModes),
-          "--attention: unknown mode '{}' (expected auto, gemm or fused)", o.attention);
+  if (const std::string why = unknown_attention_mode(o.attention); !why.empty()) throw UserError(why);
   if (o.cpu_gemm != "auto" && o.cpu_gemm != "by-cpu")
     if (const std::string why = cpu_gemm_unavailable(o.cpu_gemm); !why.empty()) throw UserError(why);
   require(o.overlap == "on" || o.overlap == "off" || o.overlap == "auto",

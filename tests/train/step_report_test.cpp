@@ -111,6 +111,7 @@ TEST(RunSummary, LinesAndRecord) {
                                           .memory_largest = memory, .first_step = 10, .threads = 3,
                                           .overlap_choice = {{"mode", "on"}, {"overlap", true}},
                                           .cpu_gemm = nullptr,
+                                          .attention = "gemm",
                                           .host_cpu = {}});
   ASSERT_EQ(summary.lines.size(), 5u + 9u);  // done, table header and row, per step, bytes; memory header + 8
   EXPECT_EQ(summary.lines[0], "dptrain | done: 2 steps | final loss 5.0000 | val 4.5000 | 10.0 ms/step | 12.8k tok/s");
@@ -131,6 +132,7 @@ TEST(RunSummary, LinesAndRecord) {
   EXPECT_EQ(r["first_step"], 11);
   EXPECT_EQ(r["last_step"], 30);
   EXPECT_EQ(r["steps"], 2);
+  EXPECT_EQ(r["attention"], "gemm");
   EXPECT_DOUBLE_EQ(r["tokens"].get<double>(), 256.0);
   EXPECT_EQ(r["units"].size(), 4u);
   EXPECT_EQ(r["collectives"][0]["op"], "all_reduce");

@@ -174,6 +174,8 @@ std::string auto_backend_name();
 // --attention: "gemm" (the score products multiplied out, on every backend), "fused" (cuDNN's flash attention, on
 // the cuda backend of a build with cuDNN), "auto" (fused where the GPU's cuDNN supports the shape, else gemm).
 inline constexpr std::string_view kAttentionModes[] = {"auto", "gemm", "fused"};
+// "--attention: unknown mode ..." where `mode` is none of kAttentionModes, else empty.
+std::string unknown_attention_mode(std::string_view mode);
 // Why --attention `mode` cannot run on backend `name` in this build (one line), empty if it can; "fused" may still
 // be refused by the GPU's cuDNN when the model is laid out (UserError then).
 std::string attention_unavailable(std::string_view name, std::string_view mode);

@@ -160,10 +160,11 @@ class Bf16Backend final : public Backend {
   // parameter).
   void reserve_scratch(const ModelConfig& c, std::size_t rows) override {
     const std::size_t T = std::size_t(c.seq), C = std::size_t(c.width), NH = std::size_t(c.heads), B = rows / T;
-    const bool fused = use_fused(T, C, NH);
-    attention_name_ = fused || attention_mode_ == "gemm" || !fused_
-                          ? (fused ? fused_->name() : "gemm")
-                          : fmt::format("gemm ({})", fused_->unsupported(T, C, NH));
+    const std::string refusal = fused_refusal(T, C, NH);
+    const bool fused = refusal.empty();
+    attention_name_ = fused                                 ? fused_->name()
+                      : attention_mode_ == "auto" && fused_ ? fmt::format("gemm ({})", refusal)
+                                                            : "gemm";
     const std::size_t attention =
         fused ? aligned(fused_->workspace_bytes(B, T, C, NH))
               : std::max(total_bytes(attention_forward_scratch(B, T, C, NH)),
@@ -177,15 +178,16 @@ class Bf16Backend final : public Backend {
   std::size_t scratch_bytes() const override { return scratch_.bytes(); }
 
   // ---- how attention is computed ----------------------------------------------------------------------------
-  // Fused where asked for ("fused": or else UserError) or allowed ("auto") and the fused attention takes the heads.
-  bool use_fused(std::size_t T, std::size_t C, std::size_t NH) const {
-    if (attention_mode_ == "gemm") return false;
+  // Why these heads are not fused, empty where they are: fused where asked for ("fused": else UserError with the
+  // reason) or allowed ("auto") and the fused attention takes the heads.
+  std::string fused_refusal(std::size_t T, std::size_t C, std::size_t NH) const {
+    if (attention_mode_ == "gemm") return "--attention gemm";
     const std::string why =
         fused_ ? fused_->unsupported(T, C, NH) : "the " + name_ + " backend has no fused attention here";
-    if (why.empty()) return true;
-    if (attention_mode_ == "fused") throw UserError("--attention fused: " + why);
-    return false;
+    if (!why.empty() && attention_mode_ == "fused") throw UserError("--attention fused: " + why);
+    return why;
   }
+  bool use_fused(std::size_t T, std::size_t C, std::size_t NH) const { return fused_refusal(T, C, NH).empty(); }
   std::size_t attention_saved_bytes(std::size_t T, std::size_t C, std::size_t NH) const override {
     return use_fused(T, C, NH) ? T * sizeof(float) : T * T * sizeof(bf16);
   }
@@ -254,7 +256,7 @@ class Bf16Backend final : public Backend {
     kernels_->permute_qkv(q, k, v, h(qkv), B, T, C, NH);
     using R = GemmOperand;
     gemm_->run(causal(attention_scores_plan(B, T, C, NH)), {{R::q, q}, {R::k, k}, {R::scores, scores}}, DType::f32);
-    kernels_->causal_softmax_forward(h(probs), scores, heads, T);
+    kernels_->causal_softmax_forward(probs, scores, heads, T);
     gemm_->run(causal(attention_output_plan(B, T, C, NH)), {{R::probs, probs}, {R::v, v}, {R::y, y}}, DType::bf16);
     kernels_->unpermute(h(out), y, B, T, C, NH);
   }
@@ -274,7 +276,7 @@ class Bf16Backend final : public Backend {
     using R = GemmOperand;
     gemm_->run(causal(attention_dprobs_plan(B, T, C, NH)), {{R::dy, dy}, {R::v, v}, {R::dprobs, dprobs}}, DType::f32);
     gemm_->run(causal(attention_dv_plan(B, T, C, NH)), {{R::probs, probs}, {R::dy, dy}, {R::dv, dv}}, DType::bf16);
-    kernels_->causal_softmax_backward(dscores, h(probs), dprobs, heads, T);
+    kernels_->causal_softmax_backward(dscores, probs, dprobs, heads, T);
     gemm_->run(causal(attention_dq_plan(B, T, C, NH)), {{R::dscores, dscores}, {R::k, k}, {R::dq, dq}}, DType::bf16);
     gemm_->run(causal(attention_dk_plan(B, T, C, NH)), {{R::dscores, dscores}, {R::q, q}, {R::dk, dk}}, DType::bf16);
     kernels_->unpermute_qkv(h(dqkv), dq, dk, dv, B, T, C, NH);

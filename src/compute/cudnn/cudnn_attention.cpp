@@ -6,12 +6,13 @@
 
 #include <fmt/format.h>
 
-#include <array>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include <cudnn_frontend.h>
 
