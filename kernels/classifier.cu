@@ -38,23 +38,25 @@ __global__ void classifier_forward(bf16* logits, float* losses, const std::int32
   // accesses where it starts 16-byte aligned (rows of a multiple of 8 elements: the padded logits).
   const bool vectorized = aligned16(row);
   float m = -INFINITY, s = 0.0f;
-  for_each_chunk(threadIdx.x, blockDim.x, V, vectorized, [&](auto width, std::size_t j) {
-    constexpr unsigned W = decltype(width)::value;
-    const Lanes<bf16, W> x = load_lanes<W>(row + j);
-    for (unsigned k = 0; k < W; ++k)
-      if (j + k != target) softmax_add(m, s, to_f32(x.at[k]));
-  });
+  for_each_loaded_chunk<kClassifierLoadsAhead, false>(
+      threadIdx.x, blockDim.x, V, vectorized, row, [&](const auto& x, std::size_t j) {
+        constexpr unsigned W = sizeof(x.at) / sizeof(x.at[0]);
+        float v[W];
+        for (unsigned k = 0; k < W; ++k) v[k] = to_f32(x.at[k]);
+        if (target - j < W)  // the chunk holding the target (unsigned: false for j > target): leave it out
+          for (unsigned k = 0; k < W; ++k) v[k] = j + k == target ? -INFINITY : v[k];
+        softmax_add_chunk<W>(m, s, v);
+      });
   block_softmax_merge(m, s);
   // m − x_t > 88 overflows the product to +∞: such a loss is past the cap anyway.
   if (threadIdx.x == 0) losses[n] = fminf(log1pf(s * expf(m - x_target)), -logf(1e-30f));
   const float top = fmaxf(m, x_target);
-  const float inv = 1.0f / (s * expf(m - top) + expf(x_target - top));
-  for_each_chunk(threadIdx.x, blockDim.x, V, vectorized, [&](auto width, std::size_t j) {
-    constexpr unsigned W = decltype(width)::value;
-    Lanes<bf16, W> x = load_lanes<W>(row + j);
-    for (unsigned k = 0; k < W; ++k) x.at[k] = to_bf16_rne(expf(to_f32(x.at[k]) - top) * inv);
-    store_lanes<W>(row + j, x);
-  });
+  const float inv = 1.0f / (s * expf(m - top) + expf(x_target - top)), top_log2 = top * kLog2e;
+  for_each_loaded_chunk<kClassifierLoadsAhead, true>(threadIdx.x, blockDim.x, V, vectorized, row,
+                                                     [&](auto& x, std::size_t) {
+                                                       for (bf16& p : x.at)
+                                                         p = to_bf16_rne(exp2_of(to_f32(p), top_log2) * inv);
+                                                     });
 }
 
 __global__ void loss_sum(double* acc, const float* losses, std::size_t N) {

@@ -78,6 +78,32 @@ __device__ __forceinline__ void softmax_add(float& m, float& s, float x) {
   }
 }
 
+constexpr float kLog2e = 1.44269504088896341f;
+
+// e^(x − top) as 2^(x·log₂e − top_log2) with top_log2 = top·log₂e: one fused multiply-add and exp2f. The
+// exponent's one rounding moves the result by ≤ |x − top|·log₂e·2⁻²⁴·ln 2 relative, beside exp2f's own error:
+// negligible where the term matters (x near top), and the terms far below top are tiny.
+__device__ __forceinline__ float exp2_of(float x, float top_log2) { return exp2f(fmaf(x, kLog2e, -top_log2)); }
+
+// softmax_add over W values at once: their maximum first, so that the sum is rescaled once per chunk at most and
+// each value costs one exponential and no branch. −∞ values add nothing; a NaN makes s NaN.
+template <unsigned W>
+__device__ __forceinline__ void softmax_add_chunk(float& m, float& s, const float (&v)[W]) {
+  float top = v[0];
+  for (unsigned k = 1; k < W; ++k) top = fmaxf(top, v[k]);  // fmaxf skips a NaN: it reaches s below
+  if (top == -INFINITY) {  // nothing but −∞ and NaN: e^(x − m) would be NaN for −∞ where m = −∞
+    for (unsigned k = 0; k < W; ++k)
+      if (v[k] != v[k]) s = v[k];
+    return;
+  }
+  if (top > m) {
+    s *= exp2_of(m, top * kLog2e);  // m = −∞ gives 0, s being 0 then
+    m = top;
+  }
+  const float m_log2 = m * kLog2e;
+  for (unsigned k = 0; k < W; ++k) s += exp2_of(v[k], m_log2);
+}
+
 // (m, s) ⊕ (m2, s2). Symmetric to the bit: the two operands are put in one order first (the larger maximum, or
 // on a tie the larger sum, on the left), so both lanes of a butterfly evaluate the same expression on the same
 // values whichever side each holds.

@@ -22,13 +22,14 @@
 // element (token v, channel c) is handled by one thread of one block, its rows added in row order starting from
 // dwte's value: bitwise the cpu loop, whatever the grid.
 //
-// Expected cost on an H200 at N = 65,536, C = 768, V = 50,257 (an estimate, not measured): 3 × 256 = 768 blocks
-// of 256 threads, all resident at once (16 KiB + 2 KiB of shared memory each). Each block reads the 256 KiB of
-// tokens (from L2) in 256 tiles of ~10 shuffles and 2 barriers: ~0.05 ms. The additions read dout once (100 MB,
-// ~25 µs of HBM); a block's first sight of a token (and a cache conflict) costs one dwte load and one store of its
-// 256 channels. The tail is the bucket of the most frequent token (~4% of GPT-2 text is one token, ~2,600 rows
-// instead of ~256 per bucket): its blocks wait on ~2,600/8 rounds of dout loads (eight rows' loads are issued
-// before they are added), ~0.1–0.2 ms. So ~0.1–0.3 ms in all, against a step of hundreds of ms. The alternatives
+// Cost on an H200 at N = 65,536, C = 768, V = 50,257: 3 × 256 = 768 blocks of 256 threads, all resident at once
+// (16 KiB + 2 KiB of shared memory each). Each block reads the 256 KiB of tokens (from L2) in 256 tiles of ~10
+// shuffles and 2 barriers. The additions read dout once (100 MB, ~25 µs of HBM); a block's first sight of a token
+// (and a cache conflict) costs one dwte load and one store of its 256 channels. The tail is the bucket of the most
+// frequent token: a serial chain of rounds of dout loads (kWteLoadsAhead rows' loads issued before they are
+// added), one memory latency each. Measured: 2.76 ms a step with 8 rows a round on byte-level text (a space is one
+// row in six, ~11,000 rows in one bucket; docs/cuda.md); ~2,600 rows for GPT-2's most frequent token (4 %). The
+// alternatives
 // cost more or need what the harness forbids: a global read-modify-write per row (a dependent load latency per
 // row on the hot bucket), float atomics (non-deterministic), or a device sort of the rows by token.
 #include "encoder.cuh"
@@ -74,7 +75,10 @@ __device__ __forceinline__ unsigned warp_exclusive_prefix(unsigned x, unsigned& 
   return total - suffix;
 }
 
-constexpr unsigned kWteLoadsAhead = 8;  // rows whose dout loads are issued before they are added
+// Rows whose dout loads are issued before they are added: a bucket that holds a frequent token (a space in byte-level
+// text is one row in six) is a serial chain of such rounds, one memory latency each. 16 keeps the kernel at 40
+// registers, so that all 768 blocks of gpt2-124m's launch are resident at once (6 an SM); 32 took 64.
+constexpr unsigned kWteLoadsAhead = 16;
 
 }  // namespace
 
@@ -95,10 +99,13 @@ __global__ void embedding_backward_wte(float* __restrict__ dwte, const bf16* __r
   std::int32_t tag[kWteSlots];  // the token each slot holds (−1: none); the same on every thread of the block
   for (unsigned s = 0; s < kWteSlots; ++s) tag[s] = -1;
 
+  std::int32_t next_token = tid < N ? tokens[tid] : 0;
   for (std::size_t base = 0; base < N; base += kWteThreads) {
-    // Compact the tile's matching rows, in row order.
+    // Compact the tile's matching rows, in row order; the next tile's token is loaded now, its latency hidden
+    // behind this tile's additions.
     const std::size_t row = base + tid;
-    const std::int32_t token = row < N ? tokens[row] : 0;
+    const std::int32_t token = next_token;
+    if (row + kWteThreads < N) next_token = tokens[row + kWteThreads];
     const unsigned match = row < N && unsigned(token) % buckets == bucket ? 1u : 0u;
     unsigned warp_total;
     unsigned position = warp_exclusive_prefix(match, warp_total);

@@ -2,12 +2,14 @@
 // warp-wide sum (lanes stride over the row, then a butterfly), so every run gives the same bits. Two passes over
 // the row (mean, then Σ(x − mean)²) as the CPU backend does: no catastrophic cancellation on rows far from zero.
 //
-// Backward: a block takes a contiguous range of rows (reductions.cuh's partition). The input gradient needs two
-// sums over each row, so one warp per row computes it, each lane taking chunks of 8 elements (16-byte accesses where
-// the rows are aligned, vectorized.cuh); the parameter gradients need sums over
-// rows, so afterwards each thread owns columns and adds the block's rows in order into registers, writing one
-// partial per block (re-reading the rows, which the first pass has just brought into cache). sum_partials then
-// adds the blocks' partials in block order: no atomics, the same bits on every run.
+// Backward: a block takes a contiguous range of rows (reductions.cuh's partition), a warp per row in turn. The input
+// gradient needs two sums over each row, so each lane takes chunks of 8 elements (16-byte accesses where the rows
+// are aligned, vectorized.cuh), sums, and after a butterfly writes din in a second loop over the same chunks (from
+// L1). The parameter gradients need sums over rows: where the row fits (layernorm_backward_one_pass), the first
+// loop also adds each element's dw and db terms into the warp's own columns in shared memory (its rows in order),
+// and the block's partial is the warps' columns added in warp order; otherwise each thread afterwards owns
+// columns and adds the block's rows in order, re-reading them. sum_partials then adds the blocks' partials in
+// block order: no atomics, the same bits on every run.
 #include "layernorm.cuh"
 #include "vectorized.cuh"
 
@@ -77,10 +79,20 @@ __device__ void weight_columns(float* partial, const bf16* dout, const bf16* in,
 // din += (w·dout − mean(w·dout) − norm·mean(w·dout·norm))·rstd with norm = (in − mean)·rstd, as the cpu backend.
 __global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, const bf16* w, const float* mean,
                                    const float* rstd, std::size_t N, std::size_t C, float* scratch) {
+  DPTRAIN_DYNAMIC_SHARED(float, columns);  // one pass: [warps][dw C | db C], each warp's sums over its rows
   const std::size_t rows = partial_rows(N, gridDim.x), first = std::size_t(blockIdx.x) * rows;
   const std::size_t last = first + rows < N ? first + rows : N;
-  const unsigned lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (std::size_t row = first + threadIdx.x / 32; row < last; row += warps) {  // whole warps leave together
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const bool one_pass = layernorm_backward_one_pass(C);
+  // Column c's sums at slot(c) of the warp's dw and db: element c % 8 of chunk c / 8 stored at (c % 8)·chunks +
+  // c / 8, so that the lanes, each on its own chunk, touch 32 consecutive floats at a time (no bank conflicts).
+  const std::size_t chunks = ceil_div(C, kVector), span = layernorm_backward_warp_floats(C);
+  auto slot = [chunks](std::size_t c) { return c % kVector * chunks + c / kVector; };
+  float* warp_dw = columns + warp * span;  // only where one_pass
+  float* warp_db = warp_dw + span / 2;
+  if (one_pass)  // each lane zeroes the columns it will add to (for_each_chunk's, whatever the path)
+    for_each_chunk(lane, 32, C, false, [&](auto, std::size_t c) { warp_dw[slot(c)] = warp_db[slot(c)] = 0.0f; });
+  for (std::size_t row = first + warp; row < last; row += warps) {  // whole warps leave together
     const bf16* d = dout + row * C;
     const bf16* x = in + row * C;
     bf16* dx = din + row * C;
@@ -91,9 +103,13 @@ __global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, 
       constexpr unsigned W = decltype(width)::value;
       const Lanes<bf16, W> wc = load_lanes<W>(w + c), dc = load_lanes<W>(d + c), xc = load_lanes<W>(x + c);
       for (unsigned k = 0; k < W; ++k) {
-        const float dnorm = to_f32(wc.at[k]) * to_f32(dc.at[k]);
+        const float dk = to_f32(dc.at[k]), norm = (to_f32(xc.at[k]) - m) * s, dnorm = to_f32(wc.at[k]) * dk;
         dnorm_sum += dnorm;
-        dnorm_norm_sum += dnorm * ((to_f32(xc.at[k]) - m) * s);
+        dnorm_norm_sum += dnorm * norm;
+        if (one_pass) {
+          warp_dw[slot(c + k)] += dk * norm;
+          warp_db[slot(c + k)] += dk;
+        }
       }
     });
     const float dnorm_mean = warp_sum(dnorm_sum) / float(C), dnorm_norm_mean = warp_sum(dnorm_norm_sum) / float(C);
@@ -110,7 +126,15 @@ __global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, 
     });
   }
   float* partial = scratch + std::size_t(blockIdx.x) * 2 * C;
-  if (aligned16(dout, in) && C % 8 == 0) {  // every row's chunks of 8 are 16-byte aligned
+  if (one_pass) {
+    __syncthreads();
+    for (std::size_t c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // dw's columns, then db's
+      const std::size_t at = c < C ? slot(c) : span / 2 + slot(c - C);
+      float sum = columns[at];
+      for (unsigned v = 1; v < warps; ++v) sum += columns[v * span + at];
+      partial[c] = sum;
+    }
+  } else if (aligned16(dout, in) && C % 8 == 0) {  // every row's chunks of 8 are 16-byte aligned
     weight_columns<8>(partial, dout, in, mean, rstd, first, last, C);
   } else {
     weight_columns<1>(partial, dout, in, mean, rstd, first, last, C);

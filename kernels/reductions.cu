@@ -7,25 +7,41 @@
 
 namespace dptrain::kernels {
 
-// Each thread's partials are loaded kBatch at a time (independent loads in flight: the sum is latency-bound
-// otherwise) and added in order p = 0, 1, …, so the bits are those of the plain loop.
+// A warp per 32 adjacent columns (coalesced) and per share of the parts: warp w adds parts [w·share, (w+1)·share)
+// in order, kBatch loads in flight at a time (the sum is latency-bound otherwise); then the block adds the warps'
+// sums in warp order. Each thread adds ⌈parts / warps⌉ partials instead of all of them, and a launch has a block
+// per 32 columns instead of per 128.
 __global__ void sum_partials(float* out0, float* out1, const float* partials, std::size_t parts, std::size_t n) {
   constexpr std::size_t kBatch = 8;
+  __shared__ float warp_sums[kSumPartialsWarps][32];
   const std::size_t width = out1 ? 2 * n : n;
-  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < width;
-       i += std::size_t(gridDim.x) * blockDim.x) {
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const std::size_t share = (parts + warps - 1) / warps;
+  const std::size_t first = warp * share < parts ? warp * share : parts;
+  const std::size_t last = first + share < parts ? first + share : parts;
+  for (std::size_t base = std::size_t(blockIdx.x) * 32; base < width; base += std::size_t(gridDim.x) * 32) {
+    const std::size_t i = base + lane;
     float sum = 0.0f;
-    std::size_t p = 0;
-    for (; p + kBatch <= parts; p += kBatch) {
-      float x[kBatch];
-      for (std::size_t b = 0; b < kBatch; ++b) x[b] = partials[(p + b) * width + i];
-      for (std::size_t b = 0; b < kBatch; ++b) sum += x[b];
+    if (i < width) {
+      std::size_t p = first;
+      for (; p + kBatch <= last; p += kBatch) {
+        float x[kBatch];
+        for (std::size_t b = 0; b < kBatch; ++b) x[b] = partials[(p + b) * width + i];
+        for (std::size_t b = 0; b < kBatch; ++b) sum += x[b];
+      }
+      for (; p < last; ++p) sum += partials[p * width + i];
     }
-    for (; p < parts; ++p) sum += partials[p * width + i];
-    if (i < n)
-      out0[i] += sum;
-    else
-      out1[i - n] += sum;
+    warp_sums[warp][lane] = sum;
+    __syncthreads();
+    if (warp == 0 && i < width) {
+      float total = warp_sums[0][lane];
+      for (unsigned v = 1; v < warps; ++v) total += warp_sums[v][lane];
+      if (i < n)
+        out0[i] += total;
+      else
+        out1[i - n] += total;
+    }
+    __syncthreads();  // warp_sums is written again by the next columns
   }
 }
 

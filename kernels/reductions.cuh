@@ -20,12 +20,14 @@ constexpr unsigned partial_row_blocks(std::size_t N) {
 }
 __host__ __device__ constexpr std::size_t partial_rows(std::size_t N, unsigned blocks) { return (N + blocks - 1) / blocks; }
 
-// Stage 2: out0[i] += Σ_p partials[p·width + i] and, where out1 is not null, out1[i] += Σ_p partials[p·width + n + i],
-// for i < n, p = 0, 1, … parts−1 in order; width = n, or 2n with out1.
+// Stage 2: out0[i] += Σ_p partials[p·width + i] and, where out1 is not null,
+// out1[i] += Σ_p partials[p·width + n + i], for i < n; width = n, or 2n with out1. The order of the additions is
+// fixed by the launch (shares of the parts in order, then the shares in order), so the bits are too.
 __global__ void sum_partials(float* out0, float* out1, const float* partials, std::size_t parts, std::size_t n);
-constexpr unsigned kSumPartialsThreads = 128;
+// A block of kSumPartialsWarps warps per 32 columns, each warp adding a share of the parts (reductions.cu).
+constexpr unsigned kSumPartialsWarps = 8;
 inline Launch sum_partials_launch(std::size_t width) {
-  return {dim3(width == 0 ? 1 : ceil_div(width, kSumPartialsThreads)), dim3(kSumPartialsThreads), 0};
+  return {dim3(width == 0 ? 1 : ceil_div(width, 32)), dim3(32 * kSumPartialsWarps), 0};
 }
 
 // Bias gradient, stage 1: partials[b][o] = Σ over block b's rows of dout[row, o] (fp32; rows ld ≥ OC apart). Then

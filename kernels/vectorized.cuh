@@ -101,6 +101,40 @@ __device__ __forceinline__ void for_each_chunk(std::size_t thread, std::size_t t
     }
 }
 
+// for_each_chunk over one array p with the loads done here: step(x, j) gets the chunk at element j as Lanes<T, W>
+// (W = kVector on the vectorised path, else 1) and, where Store, the values it leaves in x are written back. The
+// loads of Batch whole chunks are issued before the first of them is processed (memory-level parallelism for a
+// thread that has much arithmetic per chunk); the chunks are still processed in for_each_chunk's order, so a
+// reduction over them gets the same bits whatever Batch and the path.
+template <unsigned Batch, bool Store, typename T, typename Step>
+__device__ __forceinline__ void for_each_loaded_chunk(std::size_t thread, std::size_t threads, std::size_t n,
+                                                      bool vectorized, T* p, Step step) {
+  const std::size_t stride = threads * kVector;
+  std::size_t first = thread * kVector;
+  if (vectorized) {
+    for (; first + (Batch - 1) * stride + kVector <= n; first += Batch * stride) {
+      Lanes<T, kVector> x[Batch];
+      for (unsigned b = 0; b < Batch; ++b) x[b] = load_lanes<kVector>(p + first + b * stride);
+      for (unsigned b = 0; b < Batch; ++b) {
+        step(x[b], first + b * stride);
+        if constexpr (Store) store_lanes<kVector>(p + first + b * stride, x[b]);
+      }
+    }
+  }
+  for (; first < n; first += stride)
+    if (vectorized && first + kVector <= n) {
+      Lanes<T, kVector> x = load_lanes<kVector>(p + first);
+      step(x, first);
+      if constexpr (Store) store_lanes<kVector>(p + first, x);
+    } else {
+      for (std::size_t i = first; i < n && i < first + kVector; ++i) {
+        Lanes<T, 1> x{{p[i]}};
+        step(x, i);
+        if constexpr (Store) p[i] = x.at[0];
+      }
+    }
+}
+
 // 256 threads per block, one per `threads` up to 65,536 blocks, then grid-stride.
 inline Launch grid_stride_launch(std::size_t threads) {
   const std::size_t blocks = threads == 0 ? 1 : (threads + 255) / 256;

@@ -59,7 +59,7 @@ TEST(LaunchLimits, EveryLaunchOfKernelsFitsAGpuAtTheLargestShapes) {
         {"embedding_backward_wte", kernels::embedding_backward_wte_launch(N, s.C)},
         {"embedding_backward_wpe", kernels::embedding_backward_wpe_launch(s.T, s.C)},
         {"layernorm_forward", kernels::layernorm_forward_launch(N)},
-        {"layernorm_backward", kernels::layernorm_backward_launch(N)},
+        {"layernorm_backward", kernels::layernorm_backward_launch(N, s.C)},
         {"sum_partials, LayerNorm", kernels::sum_partials_launch(2 * s.C)},
         {"sum_partials, the widest bias", kernels::sum_partials_launch(4 * s.C)},
         {"bias_backward", kernels::bias_backward_launch(N)},
@@ -72,6 +72,13 @@ TEST(LaunchLimits, EveryLaunchOfKernelsFitsAGpuAtTheLargestShapes) {
     };
     for (const auto& [kernel, l] : launches)
       EXPECT_EQ(cuda_on_cpu::launch_problem(l.grid, l.block, l.shared_bytes), "") << s.name << ": " << kernel;
+    // The LayerNorm backward's shared memory peaks at the widest row it takes in one pass.
+    EXPECT_EQ(cuda_on_cpu::launch_problem(
+                  kernels::layernorm_backward_launch(N, kernels::kLayerNormOnePassMaxC).grid,
+                  kernels::layernorm_backward_launch(N, kernels::kLayerNormOnePassMaxC).block,
+                  kernels::layernorm_backward_launch(N, kernels::kLayerNormOnePassMaxC).shared_bytes),
+              "")
+        << s.name;
     // The row-per-block and row-per-warp launches cover every row (their grids are not capped and strided).
     EXPECT_EQ(kernels::classifier_launch(N).grid.x, N) << s.name;
     EXPECT_GE(std::size_t(kernels::layernorm_forward_launch(N).grid.x) * kernels::kLayerNormWarpsPerBlock, N);

@@ -40,8 +40,8 @@ class LayerNormBackward : public KernelTest {
                        const std::vector<bf16>& w, const std::vector<float>& mean, const std::vector<float>& rstd,
                        std::size_t N, std::size_t C) {
     std::vector<float> scratch(kernels::layernorm_backward_scratch_bytes(N, C) / sizeof(float), NAN);
-    cuda_on_cpu::launch(kernels::layernorm_backward, kernels::layernorm_backward_launch(N), g.din.data(), dout.data(),
-                        in.data(), w.data(), mean.data(), rstd.data(), N, C, scratch.data());
+    cuda_on_cpu::launch(kernels::layernorm_backward, kernels::layernorm_backward_launch(N, C), g.din.data(),
+                        dout.data(), in.data(), w.data(), mean.data(), rstd.data(), N, C, scratch.data());
     cuda_on_cpu::launch(kernels::sum_partials, kernels::sum_partials_launch(2 * C), g.dw.data(), g.db.data(),
                         static_cast<const float*>(scratch.data()), std::size_t(kernels::partial_row_blocks(N)), C);
     return g;
@@ -50,9 +50,12 @@ class LayerNormBackward : public KernelTest {
 
 TEST_F(LayerNormBackward, MatchesTheCpuBackend) {
   // One row and one channel; C below, at and above a warp and a block, not a multiple of 32; rows for one and for
-  // several blocks (32 rows a block at these N), a row count no block size divides.
+  // several blocks (32 rows a block at these N), a row count no block size divides; the widest row of the one-pass
+  // path and the narrowest of the two-pass one (kLayerNormOnePassMaxC), and 16-byte rows of more chunks of 8 than a
+  // block has threads.
+  static_assert(kernels::kLayerNormOnePassMaxC == 1536);
   for (const Shape s : {Shape{1, 1}, Shape{1, 37}, Shape{5, 32}, Shape{33, 300}, Shape{70, 5}, Shape{100, 768},
-                        Shape{9, 2056}}) {  // and 16-byte rows of more chunks of 8 than a block has threads
+                        Shape{6, 1536}, Shape{4, 1537}, Shape{9, 2056}}) {
     SCOPED_TRACE(::testing::Message() << "N " << s.N << " C " << s.C);
     const std::size_t N = s.N, C = s.C;
     std::vector<bf16> in = random_bf16(rng, N * C, -2, 2);

@@ -59,9 +59,11 @@ TEST_F(Reductions, BiasGradientMatchesTheCpuBackend) {
   };
   // One row, one column; OC not a multiple of 32, above a block's 256 threads; one block's rows and many blocks';
   // rows padded by one and to 64, the padding NaN (read, it would make the sums NaN); 16-byte rows (OC and ld
-  // multiples of 8) of more columns than a block's threads take 8 at a time, and padded.
-  for (const Shape s : {Shape{1, 1, 1}, Shape{1, 300, 300}, Shape{33, 37, 37}, Shape{100, 600, 600}, Shape{700, 5, 5},
-                        Shape{33, 37, 38}, Shape{100, 5, 64}, Shape{40, 2056, 2056}, Shape{50, 64, 72}}) {
+  // multiples of 8) of more columns than a block's threads take 8 at a time, and padded; enough rows for the most
+  // blocks (512 partials: each of sum_partials' 8 warps adds 64 of them, 8 loads at a time).
+  for (const Shape s :
+       {Shape{1, 1, 1}, Shape{1, 300, 300}, Shape{33, 37, 37}, Shape{100, 600, 600}, Shape{700, 5, 5},
+        Shape{33, 37, 38}, Shape{100, 5, 64}, Shape{40, 2056, 2056}, Shape{50, 64, 72}, Shape{16400, 40, 40}}) {
     SCOPED_TRACE(::testing::Message() << "N " << s.N << " OC " << s.OC << " ld " << s.ld);
     std::vector<bf16> dout = random_bf16(rng, s.N * s.ld, -1, 1);
     for (std::size_t r = 0; r < s.N; ++r)

@@ -52,8 +52,8 @@ class KernelCalls final : public Bf16Kernels {
                           const float* mean, const float* rstd, std::size_t N, std::size_t C,
                           void* scratch) override {
     auto* partials = static_cast<float*>(scratch);
-    run_(__func__, kernels::layernorm_backward_launch(N), kernels::layernorm_backward, din, dout, in, w, mean, rstd,
-         N, C, partials);
+    run_(__func__, kernels::layernorm_backward_launch(N, C), kernels::layernorm_backward, din, dout, in, w, mean,
+         rstd, N, C, partials);
     run_(__func__, kernels::sum_partials_launch(2 * C), kernels::sum_partials, dw, db,
          static_cast<const float*>(partials), std::size_t(kernels::partial_row_blocks(N)), C);
   }
