@@ -1,5 +1,5 @@
 // LayerNorm forward on BF16 rows with fp32 statistics: one warp per row, the mean and the variance each a
-// warp-wide sum (lanes stride over the row, then a butterfly), so every run gives the same bits. Two passes over
+// warp-wide sum (each lane over its chunks of 8, then a butterfly), so every run gives the same bits. Two passes over
 // the row (mean, then Σ(x − mean)²) as the CPU backend does: no catastrophic cancellation on rows far from zero.
 //
 // Backward: a block takes a contiguous range of rows (reductions.cuh's partition), a warp per row in turn. The input
@@ -15,24 +15,42 @@
 
 namespace dptrain::kernels {
 
-// out[N,C] = (in − mean)·rstd·w + b; mean[N], rstd[N] fp32. Block of warps_per_block·32 threads, one row per warp.
+// out[N,C] = (in − mean)·rstd·w + b; mean[N], rstd[N] fp32. Block of warps_per_block·32 threads, one row per warp;
+// each lane takes chunks of 8 (16-byte accesses where the rows are aligned), the same chunks in each of the three
+// passes (the second and third read the row from cache).
 __global__ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* in, const bf16* w, const bf16* b,
                                   std::size_t N, std::size_t C) {
   const unsigned lane = threadIdx.x % 32, warps_per_block = blockDim.x / 32;
   const std::size_t row = std::size_t(blockIdx.x) * warps_per_block + threadIdx.x / 32;
   if (row >= N) return;  // a whole warp leaves together: shuffles stay full-mask
   const bf16* x = in + row * C;
+  bf16* o = out + row * C;
+  const bool vectorized = aligned16(x, o, w, b);  // rows of a multiple of 8 elements
   float sum = 0.0f;
-  for (std::size_t c = lane; c < C; c += 32) sum += to_f32(x[c]);
+  for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
+    constexpr unsigned W = decltype(width)::value;
+    const Lanes<bf16, W> xc = load_lanes<W>(x + c);
+    for (unsigned k = 0; k < W; ++k) sum += to_f32(xc.at[k]);
+  });
   const float m = warp_sum(sum) / float(C);
   float squares = 0.0f;
-  for (std::size_t c = lane; c < C; c += 32) {
-    const float d = to_f32(x[c]) - m;
-    squares += d * d;
-  }
+  for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
+    constexpr unsigned W = decltype(width)::value;
+    const Lanes<bf16, W> xc = load_lanes<W>(x + c);
+    for (unsigned k = 0; k < W; ++k) {
+      const float d = to_f32(xc.at[k]) - m;
+      squares += d * d;
+    }
+  });
   const float s = 1.0f / sqrtf(warp_sum(squares) / float(C) + 1e-5f);  // IEEE, as the cpu backend (rsqrtf: 2 ulp)
-  bf16* o = out + row * C;
-  for (std::size_t c = lane; c < C; c += 32) o[c] = to_bf16_rne((to_f32(x[c]) - m) * s * to_f32(w[c]) + to_f32(b[c]));
+  for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
+    constexpr unsigned W = decltype(width)::value;
+    const Lanes<bf16, W> xc = load_lanes<W>(x + c), wc = load_lanes<W>(w + c), bc = load_lanes<W>(b + c);
+    Lanes<bf16, W> y;
+    for (unsigned k = 0; k < W; ++k)
+      y.at[k] = to_bf16_rne((to_f32(xc.at[k]) - m) * s * to_f32(wc.at[k]) + to_f32(bc.at[k]));
+    store_lanes<W>(o + c, y);
+  });
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;

@@ -7,8 +7,10 @@
 # NCCL_MULTI_RANK_GPU_ENABLE=1 lets them share the device. Either way the figures are of that path, never NVLink's.
 #   1. dpbench --device cuda: all-reduce, ring/tree/native, 1 MiB–1 GiB, -c 1, native as NCCL_ALGO=Ring
 #      NCCL_PROTO=Simple, with NCCL's transport lines (NCCL_DEBUG=INFO) kept in $OUT/dpbench-nccl.txt; then the ring
-#      alone unpipelined (--ring-piece chunk: one NCCL group per round); then 8 B-1 MiB on a non-blocking and on a
-#      blocking communicator (--nccl-blocking), the host's cost per operation either way;
+#      alone unpipelined (--ring-piece chunk: one NCCL group per round); then ring and native, 16–256 MiB, with
+#      NCCL_NCHANNELS_PER_NET_PEER=4 (NCCL 2.28 gives send/recv over a network 2 channels per peer, its collectives
+#      more); then 8 B-1 MiB on a non-blocking and on a blocking communicator (--nccl-blocking), the host's cost per
+#      operation either way;
 #   2. training on 2 ranks, small config, 20 steps, --comm-timeout 30, losses compared: W = 2 against W = 1 on the
 #      same global batch, tree and native against ring and ZeRO 1–3 against 0 (fp32 wire: 1e-5 relative on the cpu
 #      backend, the CPU suite's bound, 1e-2 on cuda, whose BF16 activations may round differently; BF16 wire: 1e-2),
@@ -61,6 +63,10 @@ ratio = {str(size): busbw[(size, "ring")] / busbw[(size, "native")]
 chunk_busbw = {r["size"]: r["busbw"] for r in document(os.path.join(out, "dpbench-cuda-chunk.json"), [])}
 ratio_chunk = {str(size): chunk_busbw[size] / busbw[(size, "native")]
                for size in chunk_busbw if (size, "native") in busbw and busbw[(size, "native")] > 0}
+# Ring against native, both measured in the call with 4 send/recv channels per network peer.
+p2p4 = {(r["size"], r["algo"]): r["busbw"] for r in document(os.path.join(out, "dpbench-cuda-p2p4.json"), [])}
+ratio_p2p4 = {str(size): p2p4[(size, "ring")] / p2p4[(size, "native")]
+              for (size, algo) in p2p4 if algo == "ring" and p2p4.get((size, "native"), 0) > 0}
 # Time per operation of the small sizes, blocking communicator over non-blocking, per algorithm and size.
 small = {mode: {(r["algo"], r["size"]): r["time_us"] for r in document(os.path.join(out, f"dpbench-small-{mode}.json"), [])}
          for mode in ("non-blocking", "blocking")}
@@ -100,6 +106,7 @@ summary = {
     **machine(out, nccl),
     "ranks": 2, "ranks_share_one_gpu_by": share,
     "transport": transport, "ring_vs_native_busbw": ratio, "ring_unpipelined_vs_native_busbw": ratio_chunk,
+    "ring_vs_native_busbw_p2p_channels_4": ratio_p2p4,
     "small_allreduce_blocking_vs_nonblocking_time": blocking_ratio,
     "dpbench_wrong": sum(r["wrong"] or 0 for r in rows) if rows else None,
     "training_comparisons": comparisons, "gpt2_124m_two_ranks": runs,
@@ -157,6 +164,14 @@ NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 60 "$bin/dpbench" --device cuda --op 
   -b 1M -e 256M -f 4 -n 5 -w 2 --comm-timeout 30 --json "$OUT/dpbench-cuda-chunk.json" > "$OUT/dpbench-cuda-chunk.txt" 2>&1
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda-chunk.txt"
 tail -6 "$OUT/dpbench-cuda-chunk.txt"
+# The ring's send/recv get 2 channels per network peer by default (NCCL 2.28), the all-reduce more: ring and native
+# again, from 16 MiB up, with 4 (the variable changes send/recv only).
+log "dpbench --device cuda, 2 ranks, ring and native with NCCL_NCHANNELS_PER_NET_PEER=4"
+NCCL_NCHANNELS_PER_NET_PEER=4 NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 60 "$bin/dpbench" --device cuda \
+  --op allreduce --algo all -b 16M -e 256M -f 4 -n 5 -w 2 --comm-timeout 30 --json "$OUT/dpbench-cuda-p2p4.json" \
+  > "$OUT/dpbench-cuda-p2p4.txt" 2>&1
+echo "dpbench exit $?" >> "$OUT/dpbench-cuda-p2p4.txt"
+tail -10 "$OUT/dpbench-cuda-p2p4.txt"
 
 # Small messages, where an operation's time is mostly the host's: a non-blocking communicator (the default) against
 # a blocking one (--nccl-blocking), which launches each group on the calling thread instead of a thread per group.

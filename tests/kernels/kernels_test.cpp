@@ -69,8 +69,9 @@ TEST_F(Kernels, LayerNormForwardMatchesTheCpuBackend) {
   struct Shape {
     std::size_t N, C;
   };
-  // C below, at and above a warp, not a multiple of 32; one row; more rows than one block's four warps.
-  for (const Shape s : {Shape{1, 1}, Shape{1, 37}, Shape{5, 32}, Shape{9, 300}, Shape{13, 768}}) {
+  // C below, at and above a warp, not a multiple of 32; one row; more rows than one block's four warps; rows of
+  // 16-byte chunks (C a multiple of 8), more of them than a warp has lanes.
+  for (const Shape s : {Shape{1, 1}, Shape{1, 37}, Shape{5, 32}, Shape{9, 300}, Shape{13, 768}, Shape{3, 2056}}) {
     SCOPED_TRACE(::testing::Message() << "N " << s.N << " C " << s.C);
     std::vector<bf16> in = random_bf16(rng, s.N * s.C, -2, 2);
     for (std::size_t c = 0; c < s.C && s.N > 2; ++c) in[2 * s.C + c] = to_bf16(to_float(in[2 * s.C + c]) + 50.0f);
@@ -95,6 +96,21 @@ TEST_F(Kernels, LayerNormForwardMatchesTheCpuBackend) {
             << "row " << r << " c " << c;
       }
     }
+    // The same rows one element past a 16-byte boundary take the element-at-a-time path: the same bits.
+    auto shifted = [](const std::vector<bf16>& v) {
+      std::vector<bf16> out(v.size() + 1);
+      std::copy(v.begin(), v.end(), out.begin() + 1);
+      return out;
+    };
+    std::vector<bf16> in1 = shifted(in), w1 = shifted(w), b1 = shifted(b), out1(out.size() + 1);
+    std::vector<float> mean1(s.N, NAN), rstd1(s.N, NAN);
+    cuda_on_cpu::launch(kernels::layernorm_forward, kernels::layernorm_forward_launch(s.N), out1.data() + 1,
+                        mean1.data(), rstd1.data(), in1.data() + 1, w1.data() + 1, b1.data() + 1, s.N, s.C);
+    for (std::size_t r = 0; r < s.N; ++r) {
+      EXPECT_EQ(bits(mean1[r]), bits(mean[r])) << "row " << r;
+      EXPECT_EQ(bits(rstd1[r]), bits(rstd[r])) << "row " << r;
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out1[i + 1].bits, out[i].bits) << i;
   }
 }
 
