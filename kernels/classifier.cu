@@ -38,9 +38,10 @@ __global__ void classifier_forward(bf16* logits, float* losses, const std::int32
   // accesses where it starts 16-byte aligned (rows of a multiple of 8 elements: the padded logits).
   const bool vectorized = aligned16(row);
   float m = -INFINITY, s = 0.0f;
-  for_each_loaded_chunk<kClassifierLoadsAhead, false>(
-      threadIdx.x, blockDim.x, V, vectorized, row, [&](const auto& x, std::size_t j) {
-        constexpr unsigned W = sizeof(x.at) / sizeof(x.at[0]);
+  auto load = [row](auto width, std::size_t j) { return load_lanes<decltype(width)::value>(row + j); };
+  for_each_loaded_chunk<kClassifierLoadsAhead>(
+      threadIdx.x, blockDim.x, V, vectorized, load, [&](auto width, std::size_t j, const auto& x) {
+        constexpr unsigned W = decltype(width)::value;
         float v[W];
         for (unsigned k = 0; k < W; ++k) v[k] = to_f32(x.at[k]);
         if (target - j < W)  // the chunk holding the target (unsigned: false for j > target): leave it out
@@ -52,11 +53,12 @@ __global__ void classifier_forward(bf16* logits, float* losses, const std::int32
   if (threadIdx.x == 0) losses[n] = fminf(log1pf(s * expf(m - x_target)), -logf(1e-30f));
   const float top = fmaxf(m, x_target);
   const float inv = 1.0f / (s * expf(m - top) + expf(x_target - top)), top_log2 = top * kLog2e;
-  for_each_loaded_chunk<kClassifierLoadsAhead, true>(threadIdx.x, blockDim.x, V, vectorized, row,
-                                                     [&](auto& x, std::size_t) {
-                                                       for (bf16& p : x.at)
-                                                         p = to_bf16_rne(exp2_of(to_f32(p), top_log2) * inv);
-                                                     });
+  for_each_loaded_chunk<kClassifierLoadsAhead>(threadIdx.x, blockDim.x, V, vectorized, load,
+                                               [&](auto width, std::size_t j, auto x) {
+                                                 for (bf16& p : x.at)
+                                                   p = to_bf16_rne(exp2_of(to_f32(p), top_log2) * inv);
+                                                 store_lanes<decltype(width)::value>(row + j, x);
+                                               });
 }
 
 __global__ void loss_sum(double* acc, const float* losses, std::size_t N) {

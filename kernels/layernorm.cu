@@ -17,7 +17,7 @@ namespace dptrain::kernels {
 
 // out[N,C] = (in − mean)·rstd·w + b; mean[N], rstd[N] fp32. Block of warps_per_block·32 threads, one row per warp;
 // each lane takes chunks of 8 (16-byte accesses where the rows are aligned), the same chunks in each of the three
-// passes (the second and third read the row from cache).
+// passes (the first issues several chunks' loads at once; the second and third read the row from cache).
 __global__ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* in, const bf16* w, const bf16* b,
                                   std::size_t N, std::size_t C) {
   const unsigned lane = threadIdx.x % 32, warps_per_block = blockDim.x / 32;
@@ -26,12 +26,12 @@ __global__ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf1
   const bf16* x = in + row * C;
   bf16* o = out + row * C;
   const bool vectorized = aligned16(x, o, w, b);  // rows of a multiple of 8 elements
-  float sum = 0.0f;
-  for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
-    constexpr unsigned W = decltype(width)::value;
-    const Lanes<bf16, W> xc = load_lanes<W>(x + c);
-    for (unsigned k = 0; k < W; ++k) sum += to_f32(xc.at[k]);
-  });
+  float sum = 0.0f;  // the first pass brings the row from memory: its chunks' loads issued together
+  for_each_loaded_chunk<kLayerNormChunksAhead>(
+      lane, 32, C, vectorized, [x](auto width, std::size_t c) { return load_lanes<decltype(width)::value>(x + c); },
+      [&](auto width, std::size_t, const auto& xc) {
+        for (unsigned k = 0; k < decltype(width)::value; ++k) sum += to_f32(xc.at[k]);
+      });
   const float m = warp_sum(sum) / float(C);
   float squares = 0.0f;
   for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
@@ -58,6 +58,12 @@ __global__ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf1
 }
 
 namespace {
+
+// A chunk of a row as the backward reads it: w, dout, in, and (in the second loop) din's old value.
+template <unsigned W>
+struct RowChunk {
+  Lanes<bf16, W> w, dout, in, din;
+};
 
 // The block's partials of dw and db: each thread sums W adjacent columns (one 16-byte access per row and tensor
 // where W = 8), each column over the rows [first, last) in order, kRowBatch rows loaded before they are added; so
@@ -117,31 +123,51 @@ __global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, 
     const float m = mean[row], s = rstd[row];
     const bool vectorized = aligned16(d, x, w, dx);  // rows of a multiple of 8 elements
     float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-    for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
+    auto load = [&](auto width, std::size_t c) {
       constexpr unsigned W = decltype(width)::value;
-      const Lanes<bf16, W> wc = load_lanes<W>(w + c), dc = load_lanes<W>(d + c), xc = load_lanes<W>(x + c);
-      for (unsigned k = 0; k < W; ++k) {
-        const float dk = to_f32(dc.at[k]), norm = (to_f32(xc.at[k]) - m) * s, dnorm = to_f32(wc.at[k]) * dk;
-        dnorm_sum += dnorm;
-        dnorm_norm_sum += dnorm * norm;
-        if (one_pass) {
-          warp_dw[slot(c + k)] += dk * norm;
-          warp_db[slot(c + k)] += dk;
-        }
-      }
-    });
+      return RowChunk<W>{load_lanes<W>(w + c), load_lanes<W>(d + c), load_lanes<W>(x + c), {}};
+    };
+    for_each_loaded_chunk<kLayerNormChunksAhead>(
+        lane, 32, C, vectorized, load, [&](auto width, std::size_t c, const auto& chunk) {
+          constexpr unsigned W = decltype(width)::value;
+          float dk[W], norm[W];
+          for (unsigned k = 0; k < W; ++k) {
+            dk[k] = to_f32(chunk.dout.at[k]);
+            norm[k] = (to_f32(chunk.in.at[k]) - m) * s;
+            const float dnorm = to_f32(chunk.w.at[k]) * dk[k];
+            dnorm_sum += dnorm;
+            dnorm_norm_sum += dnorm * norm[k];
+          }
+          if (one_pass) {  // the chunk's running sums read at once, then written: one shared-memory latency a chunk
+            float dw[W], db[W];
+            for (unsigned k = 0; k < W; ++k) {
+              dw[k] = warp_dw[slot(c + k)];
+              db[k] = warp_db[slot(c + k)];
+            }
+            for (unsigned k = 0; k < W; ++k) {
+              warp_dw[slot(c + k)] = dw[k] + dk[k] * norm[k];
+              warp_db[slot(c + k)] = db[k] + dk[k];
+            }
+          }
+        });
     const float dnorm_mean = warp_sum(dnorm_sum) / float(C), dnorm_norm_mean = warp_sum(dnorm_norm_sum) / float(C);
-    for_each_chunk(lane, 32, C, vectorized, [&](auto width, std::size_t c) {
+    auto load_with_din = [&](auto width, std::size_t c) {
       constexpr unsigned W = decltype(width)::value;
-      const Lanes<bf16, W> wc = load_lanes<W>(w + c), dc = load_lanes<W>(d + c), xc = load_lanes<W>(x + c);
-      Lanes<bf16, W> out = load_lanes<W>(dx + c);
-      for (unsigned k = 0; k < W; ++k) {
-        const float norm = (to_f32(xc.at[k]) - m) * s;
-        out.at[k] = to_bf16_rne(to_f32(out.at[k]) +
-                                (to_f32(wc.at[k]) * to_f32(dc.at[k]) - dnorm_mean - norm * dnorm_norm_mean) * s);
-      }
-      store_lanes<W>(dx + c, out);
-    });
+      RowChunk<W> chunk = load(width, c);
+      chunk.din = load_lanes<W>(dx + c);
+      return chunk;
+    };
+    for_each_loaded_chunk<kLayerNormChunksAhead>(
+        lane, 32, C, vectorized, load_with_din, [&](auto width, std::size_t c, auto chunk) {
+          constexpr unsigned W = decltype(width)::value;
+          for (unsigned k = 0; k < W; ++k) {
+            const float norm = (to_f32(chunk.in.at[k]) - m) * s;
+            chunk.din.at[k] = to_bf16_rne(
+                to_f32(chunk.din.at[k]) +
+                (to_f32(chunk.w.at[k]) * to_f32(chunk.dout.at[k]) - dnorm_mean - norm * dnorm_norm_mean) * s);
+          }
+          store_lanes<W>(dx + c, chunk.din);
+        });
   }
   float* partial = scratch + std::size_t(blockIdx.x) * 2 * C;
   if (one_pass) {

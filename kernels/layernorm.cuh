@@ -11,6 +11,9 @@ __global__ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf1
                                   std::size_t N, std::size_t C);
 
 constexpr unsigned kLayerNormWarpsPerBlock = 4;
+// Chunks of 8 of a row whose loads a lane issues before it processes the first of them (forward and backward; 3
+// is the whole row of 768 channels).
+constexpr unsigned kLayerNormChunksAhead = 3;
 inline Launch layernorm_forward_launch(std::size_t N) {
   return {dim3(ceil_div(N, kLayerNormWarpsPerBlock)), dim3(32 * kLayerNormWarpsPerBlock), 0};
 }
@@ -27,6 +30,7 @@ __global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, 
 // at the largest C, the most a launch may ask without opting in); wider rows take a second pass for the column
 // sums, with no shared memory.
 constexpr unsigned kLayerNormBackwardWarps = 4;
+
 constexpr std::size_t kLayerNormOnePassMaxC = 1536;
 __host__ __device__ constexpr bool layernorm_backward_one_pass(std::size_t C) { return C <= kLayerNormOnePassMaxC; }
 // A warp's shared floats in one pass: dw and db, each 8 × ⌈C/8⌉ (layernorm.cu lays them out by chunk).

@@ -101,37 +101,28 @@ __device__ __forceinline__ void for_each_chunk(std::size_t thread, std::size_t t
     }
 }
 
-// for_each_chunk over one array p with the loads done here: step(x, j) gets the chunk at element j as Lanes<T, W>
-// (W = kVector on the vectorised path, else 1) and, where Store, the values it leaves in x are written back. The
-// loads of Batch whole chunks are issued before the first of them is processed (memory-level parallelism for a
-// thread that has much arithmetic per chunk); the chunks are still processed in for_each_chunk's order, so a
-// reduction over them gets the same bits whatever Batch and the path.
-template <unsigned Batch, bool Store, typename T, typename Step>
+// for_each_chunk with each chunk's loads separated from its arithmetic, so that the loads of Batch whole chunks are
+// issued before the first of them is processed (memory-level parallelism for a thread with much arithmetic per
+// chunk, or several arrays to read): load(width, j) returns what the step needs of the chunk at element j (Lanes of
+// W = kVector or 1 elements), and step(width, j, loaded) processes it. The chunks are processed in for_each_chunk's
+// order, so a reduction over them gets the same bits whatever Batch and the path.
+template <unsigned Batch, typename Load, typename Step>
 __device__ __forceinline__ void for_each_loaded_chunk(std::size_t thread, std::size_t threads, std::size_t n,
-                                                      bool vectorized, T* p, Step step) {
+                                                      bool vectorized, Load load, Step step) {
   const std::size_t stride = threads * kVector;
   std::size_t first = thread * kVector;
   if (vectorized) {
     for (; first + (Batch - 1) * stride + kVector <= n; first += Batch * stride) {
-      Lanes<T, kVector> x[Batch];
-      for (unsigned b = 0; b < Batch; ++b) x[b] = load_lanes<kVector>(p + first + b * stride);
-      for (unsigned b = 0; b < Batch; ++b) {
-        step(x[b], first + b * stride);
-        if constexpr (Store) store_lanes<kVector>(p + first + b * stride, x[b]);
-      }
+      decltype(load(Width<kVector>{}, first)) loaded[Batch];
+      for (unsigned b = 0; b < Batch; ++b) loaded[b] = load(Width<kVector>{}, first + b * stride);
+      for (unsigned b = 0; b < Batch; ++b) step(Width<kVector>{}, first + b * stride, loaded[b]);
     }
   }
   for (; first < n; first += stride)
     if (vectorized && first + kVector <= n) {
-      Lanes<T, kVector> x = load_lanes<kVector>(p + first);
-      step(x, first);
-      if constexpr (Store) store_lanes<kVector>(p + first, x);
+      step(Width<kVector>{}, first, load(Width<kVector>{}, first));
     } else {
-      for (std::size_t i = first; i < n && i < first + kVector; ++i) {
-        Lanes<T, 1> x{{p[i]}};
-        step(x, i);
-        if constexpr (Store) p[i] = x.at[0];
-      }
+      for (std::size_t i = first; i < n && i < first + kVector; ++i) step(Width<1>{}, i, load(Width<1>{}, i));
     }
 }
 

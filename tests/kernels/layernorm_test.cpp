@@ -34,16 +34,25 @@ struct Gradients {
 
 class LayerNormBackward : public KernelTest {
  protected:
-
-  // Both stages as the backend launches them, on a copy of the starting gradients.
+  // Both stages as the backend launches them, on a copy of the starting gradients; din, dout, in and w are placed
+  // `shift` elements past a 16-byte boundary (std::vector's storage is 16-byte aligned).
   static Gradients run(Gradients g, const std::vector<bf16>& dout, const std::vector<bf16>& in,
                        const std::vector<bf16>& w, const std::vector<float>& mean, const std::vector<float>& rstd,
-                       std::size_t N, std::size_t C) {
+                       std::size_t N, std::size_t C, std::size_t shift = 0) {
+    auto placed = [shift](const std::vector<bf16>& v) {
+      std::vector<bf16> out(v.size() + shift);
+      std::copy(v.begin(), v.end(), out.begin() + std::ptrdiff_t(shift));
+      return out;
+    };
+    std::vector<bf16> din = placed(g.din);
+    const std::vector<bf16> dout_at = placed(dout), in_at = placed(in), w_at = placed(w);
     std::vector<float> scratch(kernels::layernorm_backward_scratch_bytes(N, C) / sizeof(float), NAN);
-    cuda_on_cpu::launch(kernels::layernorm_backward, kernels::layernorm_backward_launch(N, C), g.din.data(),
-                        dout.data(), in.data(), w.data(), mean.data(), rstd.data(), N, C, scratch.data());
+    cuda_on_cpu::launch(kernels::layernorm_backward, kernels::layernorm_backward_launch(N, C), din.data() + shift,
+                        dout_at.data() + shift, in_at.data() + shift, w_at.data() + shift, mean.data(), rstd.data(),
+                        N, C, scratch.data());
     cuda_on_cpu::launch(kernels::sum_partials, kernels::sum_partials_launch(2 * C), g.dw.data(), g.db.data(),
                         static_cast<const float*>(scratch.data()), std::size_t(kernels::partial_row_blocks(N)), C);
+    std::copy(din.begin() + std::ptrdiff_t(shift), din.end(), g.din.begin());
     return g;
   }
 };
@@ -99,12 +108,19 @@ TEST_F(LayerNormBackward, MatchesTheCpuBackend) {
       EXPECT_NEAR(got.db[c], ref_db[c], k * (std::abs(start.db[c]) + db_terms[c])) << "c " << c;
     }
 
-    // Again from the same start: the same bits.
+    // Again from the same start: the same bits; and with every BF16 array one element past a 16-byte boundary
+    // (the element-at-a-time path where the rows were 16-byte aligned): the same bits too.
     const Gradients again = run(start, dout, in, w, mean, rstd, N, C);
-    for (std::size_t i = 0; i < N * C; ++i) ASSERT_EQ(again.din[i].bits, got.din[i].bits) << "din " << i;
+    const Gradients shifted = run(start, dout, in, w, mean, rstd, N, C, 1);
+    for (std::size_t i = 0; i < N * C; ++i) {
+      ASSERT_EQ(again.din[i].bits, got.din[i].bits) << "din " << i;
+      ASSERT_EQ(shifted.din[i].bits, got.din[i].bits) << "din, shifted " << i;
+    }
     for (std::size_t c = 0; c < C; ++c) {
       ASSERT_EQ(bits(again.dw[c]), bits(got.dw[c])) << "dw " << c;
       ASSERT_EQ(bits(again.db[c]), bits(got.db[c])) << "db " << c;
+      ASSERT_EQ(bits(shifted.dw[c]), bits(got.dw[c])) << "dw, shifted " << c;
+      ASSERT_EQ(bits(shifted.db[c]), bits(got.db[c])) << "db, shifted " << c;
     }
   }
 }
