@@ -1,7 +1,7 @@
-// The fused classifier: softmax cross-entropy with the probabilities over the logits and the dlogits over the
-// probabilities, one block per row, the row in 16-byte accesses where aligned; the loss sum in one block. Every
-// reduction has a fixed order (each thread's chunks of 8 in turn, a butterfly per warp, the warps in order; a
-// halving tree for the loss sum), so every run gives the same bits, on either access path.
+// The fused classifier: softmax cross-entropy and the logits' gradient over the logits, one block per row, the row
+// in 16-byte accesses where aligned; the loss sum in one block. Every reduction has a fixed order (each thread's
+// chunks of 8 in turn, a butterfly per warp, the warps in order; a halving tree for the loss sum), so every run
+// gives the same bits, on either access path.
 #include "classifier.cuh"
 #include "vectorized.cuh"
 
@@ -25,8 +25,10 @@ __device__ void block_softmax_merge(float& m, float& s) {
 
 }  // namespace
 
-__global__ void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                   std::size_t V, std::size_t ld) {
+// At most 32 registers, so that 4 blocks of 512 threads fit an SM (ptxas would take 35 and fit 3).
+__global__ void __launch_bounds__(kClassifierThreads, 4)
+    classifier(bf16* logits, float* losses, const std::int32_t* targets, float dloss, std::size_t N, std::size_t V,
+               std::size_t ld) {
   const std::size_t n = blockIdx.x;
   if (n >= N) return;  // the whole block
   bf16* row = logits + n * ld;
@@ -49,15 +51,24 @@ __global__ void classifier_forward(bf16* logits, float* losses, const std::int32
         softmax_add_chunk<W>(m, s, v);
       });
   block_softmax_merge(m, s);
-  // m − x_t > 88 overflows the product to +∞: such a loss is past the cap anyway.
-  if (threadIdx.x == 0) losses[n] = fminf(log1pf(s * expf(m - x_target)), -logf(1e-30f));
+  // Every thread the same bits (the same m, s). m − x_t > 88 overflows the product to +∞: such a loss is past the
+  // cap anyway.
+  const float loss = fminf(log1pf(s * expf(m - x_target)), -logf(1e-30f));
+  if (threadIdx.x == 0) losses[n] = loss;
+  if (dloss == 0.0f) return;  // the losses only (evaluation)
   const float top = fmaxf(m, x_target);
-  const float inv = 1.0f / (s * expf(m - top) + expf(x_target - top)), top_log2 = top * kLog2e;
+  // dloss·p = dloss·e^(x − top)/Σ_j e^(x_j − top); at the target dloss·(p − 1), p − 1 from the loss.
+  const float scale = dloss / (s * expf(m - top) + expf(x_target - top)), top_log2 = top * kLog2e;
+  const bf16 target_gradient = to_bf16_rne(expm1f(-loss) * dloss);
   for_each_loaded_chunk<kClassifierLoadsAhead>(threadIdx.x, blockDim.x, V, vectorized, load,
                                                [&](auto width, std::size_t j, auto x) {
+                                                 constexpr unsigned W = decltype(width)::value;
                                                  for (bf16& p : x.at)
-                                                   p = to_bf16_rne(exp2_of(to_f32(p), top_log2) * inv);
-                                                 store_lanes<decltype(width)::value>(row + j, x);
+                                                   p = to_bf16_rne(exp2_of(to_f32(p), top_log2) * scale);
+                                                 if (target - j < W)  // the target's chunk
+                                                   for (unsigned k = 0; k < W; ++k)
+                                                     if (j + k == target) x.at[k] = target_gradient;
+                                                 store_lanes<W>(row + j, x);
                                                });
 }
 
@@ -72,22 +83,6 @@ __global__ void loss_sum(double* acc, const float* losses, std::size_t N) {
     __syncthreads();
   }
   if (threadIdx.x == 0) *acc += partial[0];
-}
-
-__global__ void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                    std::size_t N, std::size_t V, std::size_t ld) {
-  const std::size_t n = blockIdx.x;
-  if (n >= N) return;
-  bf16* row = probs + n * ld;
-  const std::size_t target = std::size_t(targets[n]);
-  const float p_target_minus_one = expm1f(-losses[n]);
-  for_each_chunk(threadIdx.x, blockDim.x, V, aligned16(row), [&](auto width, std::size_t j) {
-    constexpr unsigned W = decltype(width)::value;
-    Lanes<bf16, W> x = load_lanes<W>(row + j);
-    for (unsigned k = 0; k < W; ++k)
-      x.at[k] = to_bf16_rne((j + k == target ? p_target_minus_one : to_f32(x.at[k])) * dloss);
-    store_lanes<W>(row + j, x);
-  });
 }
 
 }  // namespace dptrain::kernels

@@ -1,25 +1,22 @@
-// The fused classifier (classifier.cu): softmax cross-entropy over the vocabulary with the probabilities written
-// over the logits, the per-row losses, their sum, and the dlogits written over the probabilities.
+// The fused classifier (classifier.cu): softmax cross-entropy over the vocabulary, the per-row losses, their sum,
+// and in the same pass the logits' gradient written over the logits.
 #pragma once
 #include "common.cuh"
 
 namespace dptrain::kernels {
 
-// logits [N,V] become the softmax probabilities in place (BF16; max and Σexp in fp32, one online pass plus the
-// writing pass); losses[n] = −log p[targets[n]], computed in fp32 from the fp32 logits (never from a rounded
-// probability, so a loss near 0 keeps its relative accuracy) and capped at −log(1e-30) as the cpu backend does.
+// losses[n] = −log p[targets[n]] for the softmax p of row n of logits [N,V] (BF16; max and Σexp in fp32, one online
+// pass), computed in fp32 from the fp32 logits (never from a rounded probability, so a loss near 0 keeps its
+// relative accuracy) and capped at −log(1e-30) as the cpu backend does. Where dloss ≠ 0 a second pass writes the
+// gradient over the logits: dloss·p (one rounding) off the target, and dloss·(p − 1) at the target with p − 1
+// computed in fp32 as expm1(−loss) (a p near 1 would lose it); where dloss = 0 the logits are left as they are.
 // targets[n] must lie in [0, V). One block per row; rows ld ≥ V elements apart (the columns past V untouched).
-__global__ void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                   std::size_t V, std::size_t ld);
+__global__ void classifier(bf16* logits, float* losses, const std::int32_t* targets, float dloss, std::size_t N,
+                           std::size_t V, std::size_t ld);
 // *acc += Σ losses[N], in double, by a fixed tree: one block.
 __global__ void loss_sum(double* acc, const float* losses, std::size_t N);
-// probs [N,V] (what classifier_forward left) become the dlogits in place: (p − [j = target])·dloss. At the target,
-// p − 1 is recomputed in fp32 as expm1(−losses[n]) (a stored BF16 probability near 1 would lose it); elsewhere p is
-// the stored BF16 probability. One block per row, rows ld elements apart as in forward.
-__global__ void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                    std::size_t N, std::size_t V, std::size_t ld);
 
-// classifier_forward and classifier_backward: one block of 512 threads per row.
+// classifier: one block of 512 threads per row.
 constexpr unsigned kClassifierThreads = 512;
 // Chunks of 8 logits whose loads a thread issues before it processes the first of them (2: 32 registers, so 4
 // blocks of 512 threads an SM, the most it holds; 4 took 40).

@@ -99,9 +99,11 @@ void Gpt::walk_weights(const WeightAccess& weights) const {
   weights.release(emb);
 }
 
-void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess& weights, double* loss_sum) {
+void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess& weights, double* loss_sum,
+                  float dloss) {
   DP_ASSERT(n <= max_windows_);
   n_ = n;
+  backward_dloss_ = dloss;
   if (n == 0) return walk_weights(weights);
   const ModelConfig& c = layout_.config();
   const std::size_t T = c.seq, C = c.width, V = c.vocab, Vp = c.logits_row_length(), NH = c.heads, N = n * T;
@@ -147,11 +149,12 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
   be.matmul_forward(logits_, lnf_, weight_at(head, emb, layout_.wte()), nullptr, N, T, C, V, Vp);
   weights.release(emb);
   weights.release(emb);
-  be.softmax_cross_entropy_forward(logits_, losses_, targets_, N, V, Vp, loss_sum);
+  be.softmax_cross_entropy(logits_, losses_, targets_, N, V, Vp, dloss, loss_sum);
 }
 
-void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const GradientReady& ready,
-                   bool completes_gradient) {
+void Gpt::backward(const WeightAccess& weights, void* G, const GradientReady& ready, bool completes_gradient) {
+  DP_ASSERT(n_ == 0 || backward_dloss_ != 0.0f);  // a forward that made the logits' gradient, not used yet
+  backward_dloss_ = 0.0f;
   const ModelConfig& c = layout_.config();
   const std::size_t T = c.seq, C = c.width, V = c.vocab, Vp = c.logits_row_length(), NH = c.heads, N = n_ * T;
   Backend& be = backend_;
@@ -160,8 +163,7 @@ void Gpt::backward(const WeightAccess& weights, void* G, float dloss, const Grad
     if (ready) ready(r);
   };
 
-  // LM head (tied to wte) and final LayerNorm.
-  be.softmax_cross_entropy_backward(logits_, losses_, targets_, dloss, N, V, Vp);
+  // LM head (tied to wte) and final LayerNorm; the forward left the logits' gradient in logits_.
   const FlatRange emb = layout_.embeddings();
   const void* head = weights.acquire(emb);
   // The tied wte gets two terms, the head's now and the embedding lookup's last. The head's is summed apart and

@@ -23,8 +23,7 @@ const char* timed_op_name(TimedOp op) {
                                                                                  "gelu_forward",
                                                                                  "gelu_backward",
                                                                                  "accumulate",
-                                                                                 "softmax_cross_entropy_forward",
-                                                                                 "softmax_cross_entropy_backward",
+                                                                                 "softmax_cross_entropy",
                                                                                  "cast",
                                                                                  "reduce_add",
                                                                                  "sum_of_squares",
@@ -187,16 +186,12 @@ class OpTimingBackend final : public Backend {
   void accumulate(void* out, const void* a, std::size_t n, DType dtype) override {
     timed(TimedOp::accumulate, 0, [&] { inner_->accumulate(out, a, n, dtype); });
   }
-  void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                     std::size_t V, std::size_t ld, double* loss_sum) override {
-    timed(TimedOp::softmax_cross_entropy_forward, 0,
-          [&] { inner_->softmax_cross_entropy_forward(logits, losses, targets, N, V, ld, loss_sum); });
+  void softmax_cross_entropy(void* logits, float* losses, const std::int32_t* targets, std::size_t N, std::size_t V,
+                             std::size_t ld, float dloss, double* loss_sum) override {
+    timed(TimedOp::softmax_cross_entropy, 0,
+          [&] { inner_->softmax_cross_entropy(logits, losses, targets, N, V, ld, dloss, loss_sum); });
   }
-  void softmax_cross_entropy_backward(void* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                      std::size_t N, std::size_t V, std::size_t ld) override {
-    timed(TimedOp::softmax_cross_entropy_backward, 0,
-          [&] { inner_->softmax_cross_entropy_backward(probs, losses, targets, dloss, N, V, ld); });
-  }
+
   void cast(const void* in, DType from, void* out, DType to, std::size_t n) override {
     timed(TimedOp::cast, 0, [&] { inner_->cast(in, from, out, to, n); });
   }

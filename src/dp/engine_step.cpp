@@ -32,14 +32,14 @@ void DataParallelEngine::gradient_ready(FlatRange range, bool last, StepResult& 
 
 void DataParallelEngine::micro_step(const std::int32_t* windows, float dloss, bool last, StepResult& result) {
   const double start = timeline_.now();
-  gpt_.forward(windows, micro_windows_, weights_for(forward_order_), accumulators_.as<double>());
+  gpt_.forward(windows, micro_windows_, weights_for(forward_order_), accumulators_.as<double>(), dloss);
   release_idle_units(plan_.units().size());
   const double forward_end = timeline_.now();
   result.forward_s += forward_end - start;
   timeline_.add({TimelineEvent::Track::compute, "forward", start, forward_end, step_number_});
   unit_clock_ = forward_end;
   gpt_.backward(
-      weights_for(backward_order_), gradient_accumulator_.data(), dloss,
+      weights_for(backward_order_), gradient_accumulator_.data(),
       [&](FlatRange r) { gradient_ready(r, last, result); }, last);
   release_idle_units(plan_.units().size());
   result.backward_s += timeline_.now() - forward_end;

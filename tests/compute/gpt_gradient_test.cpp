@@ -73,16 +73,18 @@ class GptGradient : public test::BackendTest<> {
   // The compute weights: `weights` as uploaded by the last forward().
   WeightAccess access() const { return whole_weights(device_weights.data(), wt()); }
 
-  // Σ of the position losses of the first n windows, with the current host weights.
-  double forward(std::size_t n) {
+  // Σ of the position losses of the first n windows, with the current host weights; dloss ≠ 0 prepares a backward.
+  double forward(std::size_t n, float dloss = 0.0f) {
     device_weights.upload(weights);
     test::DeviceScalar loss_sum(device());
-    gpt.forward(kWindows.data(), n, access(), loss_sum.data());
+    gpt.forward(kWindows.data(), n, access(), loss_sum.data(), dloss);
     return loss_sum.value();
   }
   double loss() { return forward(kWindowCount); }
+  // Adds dloss·∂(Σ losses)/∂W of all windows into grads: a forward (which makes the logits' gradient), then backward.
   void backward(test::DeviceArray& grads, float dloss, const GradientReady& ready = {}) {
-    gpt.backward(access(), grads.data(), dloss, ready);
+    forward(kWindowCount, dloss);
+    gpt.backward(access(), grads.data(), ready);
   }
 
   // ∂(Σ losses)/∂W from backward, as the increment it adds to a buffer of random values.
@@ -90,7 +92,6 @@ class GptGradient : public test::BackendTest<> {
     std::mt19937 rng(5);
     const auto before = uniform(rng, layout.total(), -1, 1);
     auto grads = gradients(before);
-    loss();
     backward(grads, 1.0f);
     return test::added(grads.download(), before);
   }
@@ -104,8 +105,8 @@ class GptGradient : public test::BackendTest<> {
     std::size_t first = 0;
     for (std::size_t k = 0; k < pieces.size(); ++k) {
       test::DeviceScalar loss_sum(device());
-      gpt.forward(kWindows.data() + first * window, pieces[k], access(), loss_sum.data());
-      gpt.backward(access(), grads.data(), 1.0f, {}, k + 1 == pieces.size());
+      gpt.forward(kWindows.data() + first * window, pieces[k], access(), loss_sum.data(), 1.0f);
+      gpt.backward(access(), grads.data(), {}, k + 1 == pieces.size());
       first += pieces[k];
     }
     return grads.download();
@@ -209,11 +210,8 @@ TEST_P(GptGradient, BackwardScalesByDlossExactly) {
   // Scaling dlogits by a power of two is exact through every (linear) backward op: the same bits, provided the
   // two forwards and backwards compute the same bits.
   SKIP_UNLESS(skip_unless_repeatable());
-  // The backward turns the saved probabilities into dlogits in place, so each backward needs its own forward.
   auto once = gradients(std::vector(layout.total(), 0.0f)), quarter = gradients(std::vector(layout.total(), 0.0f));
-  loss();
-  backward(once, 1.0f);
-  loss();
+  backward(once, 1.0f);  // each with its own forward, which makes the logits' gradient with its dloss
   backward(quarter, 0.25f);
   const auto g1 = once.download(), g4 = quarter.download();
   for (std::size_t i = 0; i < g1.size(); ++i) ASSERT_EQ(g4[i], 0.25f * g1[i]) << i;
@@ -221,10 +219,8 @@ TEST_P(GptGradient, BackwardScalesByDlossExactly) {
 
 TEST_P(GptGradient, BackwardAccumulates) {
   auto grads = gradients(std::vector(layout.total(), 0.0f));
-  loss();
   backward(grads, 1.0f);
   const auto once = grads.download();
-  loss();
   backward(grads, 1.0f);
   const auto twice = grads.download();
   double max_grad = 0;
@@ -287,7 +283,6 @@ TEST_P(GptGradient, MicroBatchesGiveBitwiseTheGradientOfTheWholeBatch) {
 }
 
 TEST_P(GptGradient, GradientReadyOrderRangesAndCompleteness) {
-  loss();
   auto d_grads = gradients(std::vector(layout.total(), 0.0f));
   std::vector<FlatRange> seen;
   std::vector<std::vector<float>> snapshots;

@@ -237,8 +237,8 @@ TEST_P(WeightViews, TheModelThroughAViewSeesTheBf16Weights) {
   auto loss_and_gradient = [&](const WeightAccess& access) {
     test::DeviceScalar loss(device());
     auto grads = gradients(std::vector(layout.total(), 0.0f));
-    gpt.forward(windows.data(), 2, access, loss.data());
-    gpt.backward(access, grads.data(), 1.0f);
+    gpt.forward(windows.data(), 2, access, loss.data(), 1.0f);
+    gpt.backward(access, grads.data());
     return std::pair(loss.value(), grads.download());
   };
   be->reserve_weight_views(layout.total(), 1);
@@ -265,8 +265,8 @@ TEST_P(WeightViews, ScratchIsReservedWhenTheModelIsLaidOutAndNeverGrows) {
   for (std::size_t n : {std::size_t(3), std::size_t(1)}) {
     test::DeviceScalar loss(device());
     auto grads = gradients(std::vector(layout.total(), 0.0f));
-    gpt.forward(windows.data(), n, whole_weights(w.data(), wt()), loss.data());
-    gpt.backward(whole_weights(w.data(), wt()), grads.data(), 1.0f);
+    gpt.forward(windows.data(), n, whole_weights(w.data(), wt()), loss.data(), 1.0f);
+    gpt.backward(whole_weights(w.data(), wt()), grads.data());
     device().synchronize();
     EXPECT_EQ(be->scratch_bytes(), reserved) << n << " window(s)";
   }

@@ -163,7 +163,7 @@ TEST_P(OpForward, MatmulAndClassifierOnPaddedRowsGiveTheSameBits) {
   const auto targets = on_device(std::vector<std::int32_t>{0, 6, 3, 3, 1, 5});
   const auto d_in = activations(in), d_w = compute_weights(w), d_bias = compute_weights(bias);
   struct Results {
-    std::vector<float> out, din, dw, dbias, probs, dlogits, losses;
+    std::vector<float> out, din, dw, dbias, dlogits, losses;
     double loss_sum;
   };
   // The classifier reads the matmul's logits, or `logits` written into the same padded rows where given.
@@ -180,9 +180,7 @@ TEST_P(OpForward, MatmulAndClassifierOnPaddedRowsGiveTheSameBits) {
     if (logits) d_out.upload(test::padded_rows(*logits, N, OC, ld, kPadding));
     test::DeviceVector<float> losses(device(), N);
     test::DeviceScalar total(device());
-    be->softmax_cross_entropy_forward(d_out.data(), losses.data(), targets.data(), N, OC, ld, total.data());
-    r.probs = test::unpadded_rows(d_out.download(), N, OC, ld, kPadding);
-    be->softmax_cross_entropy_backward(d_out.data(), losses.data(), targets.data(), 0.37f, N, OC, ld);
+    be->softmax_cross_entropy(d_out.data(), losses.data(), targets.data(), N, OC, ld, 0.37f, total.data());
     r.dlogits = test::unpadded_rows(d_out.download(), N, OC, ld, kPadding);
     r.losses = losses.download(), r.loss_sum = total.value();
     return r;
@@ -224,7 +222,6 @@ TEST_P(OpForward, MatmulAndClassifierOnPaddedRowsGiveTheSameBits) {
       expect_reordered(rows.dw, dense.dw, dw_terms, N, grad(), "dw");
     }
     EXPECT_EQ(rows.dbias, dense.dbias);
-    EXPECT_EQ(rows.probs, dense.probs);
     EXPECT_EQ(rows.dlogits, dense.dlogits);
     EXPECT_EQ(rows.losses, dense.losses);
     EXPECT_EQ(rows.loss_sum, dense.loss_sum);
@@ -356,24 +353,30 @@ TEST_P(OpForward, SoftmaxCrossEntropyMatchesDoubleReference) {
   for (std::size_t j = 0; j < V; ++j) logits[5 * V + j] = 1000.0f + float(j);  // must not overflow
   logits = representable(act(), logits);
   const std::vector<std::int32_t> targets{0, 8, 3, 3, 1, 5};
-  auto d_probs = activations(logits);
-  test::DeviceVector<float> d_losses(device(), N);
-  test::DeviceScalar total(device());
-  be->softmax_cross_entropy_forward(d_probs.data(), d_losses.data(), on_device(targets).data(), N, V, V,
-                                    total.data());
-  const auto probs = d_probs.download(), losses = d_losses.download();
+  // dloss = 1: the logits become p − onehot(target); dloss = 0: the losses only, the same bits.
+  auto d_dlogits = activations(logits), d_logits = activations(logits);
+  test::DeviceVector<float> d_losses(device(), N), d_eval_losses(device(), N);
+  test::DeviceScalar total(device()), eval_total(device());
+  be->softmax_cross_entropy(d_dlogits.data(), d_losses.data(), on_device(targets).data(), N, V, V, 1.0f,
+                            total.data());
+  be->softmax_cross_entropy(d_logits.data(), d_eval_losses.data(), on_device(targets).data(), N, V, V, 0.0f,
+                            eval_total.data());
+  const auto dlogits = d_dlogits.download(), losses = d_losses.download();
+  EXPECT_EQ(d_eval_losses.download(), losses);
+  EXPECT_EQ(eval_total.value(), total.value());
   double sum_losses = 0;
   for (std::size_t i = 0; i < N; ++i) {
-    double maxv = -1e300, z = 0, psum = 0;
+    double maxv = -1e300, z = 0, gradient_sum = 0;
     for (std::size_t j = 0; j < V; ++j) maxv = std::max(maxv, double(logits[i * V + j]));
     for (std::size_t j = 0; j < V; ++j) z += std::exp(logits[i * V + j] - maxv);
     const double loss = maxv + std::log(z) - logits[i * V + targets[i]];
     EXPECT_NEAR(losses[i], loss, tol(1e-5) * (1 + loss)) << "row " << i;
     for (std::size_t j = 0; j < V; ++j) {
-      EXPECT_NEAR(probs[i * V + j], std::exp(logits[i * V + j] - maxv) / z, tol(1e-6)) << i << "," << j;
-      psum += probs[i * V + j];
+      const double p = std::exp(logits[i * V + j] - maxv) / z;
+      EXPECT_NEAR(dlogits[i * V + j], p - (std::int32_t(j) == targets[i] ? 1.0 : 0.0), tol(1e-6)) << i << "," << j;
+      gradient_sum += dlogits[i * V + j];
     }
-    EXPECT_NEAR(psum, 1.0, tol(1e-6));
+    EXPECT_NEAR(gradient_sum, 0.0, tol(1e-6));  // Σ p = 1
     sum_losses += losses[i];
   }
   EXPECT_NEAR(total.value(), sum_losses, 1e-12 * sum_losses);  // summed in double on every backend
@@ -382,8 +385,8 @@ TEST_P(OpForward, SoftmaxCrossEntropyMatchesDoubleReference) {
   auto flat = activations(std::vector(2 * V, 0.5f));
   test::DeviceVector<float> flat_losses(device(), 2);
   test::DeviceScalar flat_total(device());
-  be->softmax_cross_entropy_forward(flat.data(), flat_losses.data(), on_device(std::vector<std::int32_t>{0, 4}).data(),
-                                    2, V, V, flat_total.data());
+  be->softmax_cross_entropy(flat.data(), flat_losses.data(), on_device(std::vector<std::int32_t>{0, 4}).data(), 2, V,
+                            V, 0.0f, flat_total.data());
   EXPECT_NEAR(flat_total.value(), 2 * std::log(double(V)), tol(1e-5));
 }
 
@@ -395,8 +398,8 @@ TEST_P(OpForward, LossAccumulatorAdds) {
   const auto targets = on_device(std::vector<std::int32_t>{4, 0, 2, 2});
   test::DeviceVector<float> losses(device(), N);
   auto forward = [&](test::DeviceScalar& acc) {
-    auto work = activations(logits);  // the forward overwrites the logits with probabilities
-    be->softmax_cross_entropy_forward(work.data(), losses.data(), targets.data(), N, V, V, acc.data());
+    auto work = activations(logits);  // the logits become their gradient
+    be->softmax_cross_entropy(work.data(), losses.data(), targets.data(), N, V, V, 1.0f, acc.data());
   };
   test::DeviceScalar once(device());
   forward(once);

@@ -208,17 +208,18 @@ TEST_P(OpGradient, SoftmaxCrossEntropy) {
   const std::size_t N = 6, V = 7;
   auto logits = uniform(rng, N * V, -3, 3);
   const auto targets = on_device(std::vector<std::int32_t>{0, 6, 3, 3, 1, 5});
-  const float dloss = 0.37f;  // as in a mean over windows: the backward must scale by it
+  const float dloss = 0.37f;  // as in a mean over windows: the gradient must be scaled by it
   auto work = activations(N * V);
   test::DeviceVector<float> losses(device(), N);
-  auto loss = [&] {
+  auto loss = [&] {  // the losses only (dloss = 0)
     work.upload(logits);
     test::DeviceScalar total(device());
-    be->softmax_cross_entropy_forward(work.data(), losses.data(), targets.data(), N, V, V, total.data());
+    be->softmax_cross_entropy(work.data(), losses.data(), targets.data(), N, V, V, 0.0f, total.data());
     return double(dloss) * total.value();
   };
-  loss();
-  be->softmax_cross_entropy_backward(work.data(), losses.data(), targets.data(), dloss, N, V, V);  // → dlogits
+  work.upload(logits);
+  test::DeviceScalar total(device());
+  be->softmax_cross_entropy(work.data(), losses.data(), targets.data(), N, V, V, dloss, total.data());  // → dlogits
   const auto dlogits32 = work.download();
   const std::vector<double> dlogits(dlogits32.begin(), dlogits32.end());
   // Each loss is a log-sum-exp minus a logit; its third derivative is ≤ 1 in any direction: kTolerance.

@@ -256,10 +256,10 @@ TEST(PytorchReference, SameLossAndGradientAsTorch) {
   const test::DeviceArray device_weights(backend->device(), backend->weight_dtype(), weights);
   const WeightAccess access = whole_weights(device_weights.data(), backend->weight_dtype());
   test::DeviceScalar loss_sum(backend->device());
-  gpt.forward(windows.data(), n, access, loss_sum.data());
+  gpt.forward(windows.data(), n, access, loss_sum.data(), 1.0f / float(n * c.seq));
   const double loss = loss_sum.value() / double(n * c.seq);
   test::DeviceArray device_grads(backend->device(), backend->gradient_dtype(), std::vector(layout.total(), 0.0f));
-  gpt.backward(access, device_grads.data(), 1.0f / float(n * c.seq));
+  gpt.backward(access, device_grads.data());
   const std::vector<float> grads = device_grads.download();
 
   expect_same_as_torch(layout, loss, grads, torch, "dptrain");

@@ -50,8 +50,8 @@ Gradient model_gradient(Backend& backend, const ParameterLayout& layout, const s
   backend.reserve_weight_views(P, 2);
   const void* view = backend.acquire_weights(weights.as<bf16>(), P);
   const WeightAccess access = whole_weights(view, backend.weight_dtype());
-  gpt.forward(windows.data(), n, access, loss.as<double>());
-  gpt.backward(access, grads.data(), float(1.0 / double(positions)));
+  gpt.forward(windows.data(), n, access, loss.as<double>(), float(1.0 / double(positions)));
+  gpt.backward(access, grads.data());
   backend.release_weights(view);
   Gradient g;
   device.synchronize();

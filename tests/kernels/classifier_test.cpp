@@ -1,8 +1,8 @@
-// The fused classifier of kernels/classifier.cu, run on the CPU by cuda_on_cpu.hpp, against the cpu backend's
-// softmax_cross_entropy_forward/backward (fp32) and against exact values (double) computed from the same BF16
-// logits. Shapes: V = 1, V < 32, V not a multiple of the block's 512 threads, a single row, the GPT-2 vocabulary;
-// rows whose target has a probability near 1, and one whose loss is capped; rows padded past V (the model's
-// logits), whose padding neither side may read or write.
+// The fused classifier of kernels/classifier.cu (losses, and the logits' gradient in the same pass), run on the CPU
+// by cuda_on_cpu.hpp, against the cpu backend's softmax_cross_entropy (fp32) and against exact values (double)
+// computed from the same BF16 logits. Shapes: V = 1, V < 32, V not a multiple of the block's 512 threads, a single
+// row, the GPT-2 vocabulary; rows whose target has a probability near 1, and one whose loss is capped; rows padded
+// past V (the model's logits), whose padding neither side may read or write.
 //
 // Tolerances, from the arithmetic (test_data.hpp: a BF16 rounding moves v by ≤ 2⁻⁸·|v|, an fp32 operation by
 // ≤ 2⁻²⁴·|v|; u = 2⁻²⁴ below):
@@ -10,8 +10,8 @@
 //   chunk of 8 at most), a five-level butterfly and up to 15 warps merged in order (≤ 3 roundings each), then exp,
 //   log1p or a reciprocal and a product; and each term e^{x−m} = 2^{x·log₂e − m·log₂e} is within (|x − m| + 2)·u
 //   of exact (the exponent's one rounding, exp2f's 2 ulp), |x − m| at most the row's spread (its largest logit
-//   less its smallest). So its probabilities and Σ_{j≠t} e^{x_j−x_t} are within
-//   kernel_rel = (3·⌈V/512⌉ + 64 + spread + 2)·u, relative, of the exact values.
+//   less its smallest). So its probabilities (as dloss·p: dloss/Σ, then the product, two more roundings) and
+//   Σ_{j≠t} e^{x_j−x_t} are within kernel_rel = (3·⌈V/512⌉ + 64 + spread + 2)·u, relative, of the exact values.
 // - The cpu backend sums V terms in a row: within cpu_rel = (V + 8)·u.
 // - loss = log1p(Q) with Q within kernel_rel: off by ≤ kernel_rel·Q/(1 + Q) ≤ kernel_rel·min(1, 1.5·loss), plus a
 //   few ulps of log1p. p[t] − 1 = expm1(−loss) then moves by ≤ 2·kernel_rel relative, before its BF16 rounding.
@@ -71,41 +71,40 @@ class Classifier : public ::testing::Test {
     return targets;
   }
 
-  // Runs the forward, loss_sum and backward kernels on logits [N,V] in rows of ld ≥ V (the padding holds NaN,
-  // which must stay as it is and never be read) and checks everything they write against the cpu backend (on rows
-  // of ld too) and the exact values. Returns the kernels' probabilities, dlogits (rows of V) and losses.
+  // Runs the classifier and loss_sum kernels on logits [N,V] in rows of ld ≥ V (the padding holds NaN, which must
+  // stay as it is and never be read) with dloss, and checks everything they write against the cpu backend (on rows
+  // of ld too) and the exact values; and again with dloss = 0, which must give the same losses and leave the logits
+  // as they were. Returns the kernel's dlogits (rows of V) and losses.
   struct Result {
-    std::vector<bf16> probs, dlogits;
+    std::vector<bf16> dlogits;
     std::vector<float> losses;
     double loss_sum;
   };
   Result check(const std::vector<bf16>& logits, const std::vector<std::int32_t>& targets, std::size_t N,
                std::size_t V, float dloss, std::size_t ld = 0) {
     if (ld == 0) ld = V;
-    Result k{test::padded_rows(logits, N, V, ld, to_bf16(NAN)), {}, std::vector<float>(N, NAN), 0.25};
-    cuda_on_cpu::launch(kernels::classifier_forward, kernels::classifier_launch(N), k.probs.data(), k.losses.data(),
-                        targets.data(), N, V, ld);
+    Result k{test::padded_rows(logits, N, V, ld, to_bf16(NAN)), std::vector<float>(N, NAN), 0.25};
+    cuda_on_cpu::launch(kernels::classifier, kernels::classifier_launch(N), k.dlogits.data(), k.losses.data(),
+                        targets.data(), dloss, N, V, ld);
     cuda_on_cpu::launch(kernels::loss_sum, kernels::loss_sum_launch(), &k.loss_sum, k.losses.data(), N);
-    k.dlogits = k.probs;
-    cuda_on_cpu::launch(kernels::classifier_backward, kernels::classifier_launch(N), k.dlogits.data(),
-                        k.losses.data(), targets.data(), dloss, N, V, ld);
-    k.probs = test::unpadded_rows(k.probs, N, V, ld, to_bf16(NAN));
     k.dlogits = test::unpadded_rows(k.dlogits, N, V, ld, to_bf16(NAN));
     const double acc = k.loss_sum;  // loss_sum added to the 0.25 that was there
 
-    // The cpu backend on the fp32 logits, forward then backward; and its backward alone on the kernel's own BF16
-    // probabilities (off the target, the kernel does exactly its arithmetic there).
+    // The losses only: the logits untouched, the same losses.
+    std::vector<bf16> untouched = test::padded_rows(logits, N, V, ld, to_bf16(NAN));
+    std::vector<float> eval_losses(N, NAN);
+    cuda_on_cpu::launch(kernels::classifier, kernels::classifier_launch(N), untouched.data(), eval_losses.data(),
+                        targets.data(), 0.0f, N, V, ld);
+    untouched = test::unpadded_rows(untouched, N, V, ld, to_bf16(NAN));
+    for (std::size_t i = 0; i < N * V; ++i) EXPECT_EQ(untouched[i].bits, logits[i].bits) << i;
+    for (std::size_t n = 0; n < N; ++n) EXPECT_EQ(eval_losses[n], k.losses[n]) << "row " << n;
+
+    // The cpu backend on the fp32 logits.
     const std::vector<float> logits_f = as_floats(logits);
     std::vector<float> ref = test::padded_rows(logits_f, N, V, ld, NAN), losses_ref(N);
-    std::vector<float> ref_on_kernel_probs = test::padded_rows(as_floats(k.probs), N, V, ld, NAN);
     double sum_ref = 0.25;
-    cpu->softmax_cross_entropy_forward(ref.data(), losses_ref.data(), targets.data(), N, V, ld, &sum_ref);
-    const std::vector<float> probs_ref = test::unpadded_rows(ref, N, V, ld, NAN);
-    cpu->softmax_cross_entropy_backward(ref.data(), losses_ref.data(), targets.data(), dloss, N, V, ld);
-    cpu->softmax_cross_entropy_backward(ref_on_kernel_probs.data(), k.losses.data(), targets.data(), dloss, N, V,
-                                        ld);
+    cpu->softmax_cross_entropy(ref.data(), losses_ref.data(), targets.data(), N, V, ld, dloss, &sum_ref);
     ref = test::unpadded_rows(ref, N, V, ld, NAN);
-    ref_on_kernel_probs = test::unpadded_rows(ref_on_kernel_probs, N, V, ld, NAN);
 
     const double cr = cpu_rel(V);
     double host_sum = 0.25, magnitude = 0.25, sum_tolerance = 0;
@@ -117,18 +116,13 @@ class Classifier : public ::testing::Test {
       const ExactRow exact = exact_row(logits_f.data() + n * V, V, t);
       for (std::size_t j = 0; j < V; ++j) {
         const std::size_t i = n * V + j;
-        const double p = to_float(k.probs[i]);
-        // Probabilities: one BF16 rounding of a value within kernel_rel of the exact, and cpu_rel from the cpu's.
-        EXPECT_NEAR(p, exact.p[j], (kBf16Rounding + kr) * exact.p[j] + kSmallestNormal) << "j " << j;
-        EXPECT_NEAR(p, probs_ref[i], (kBf16Rounding + kr + cr) * probs_ref[i] + kSmallestNormal) << "j " << j;
         const double d = to_float(k.dlogits[i]);
         if (j != t) {
-          // Off the target: the stored probability times dloss, rounded once: bitwise the cpu backend's
-          // arithmetic on the same probabilities; from the fp32 logits, two BF16 roundings (p, then p·dloss).
-          EXPECT_EQ(k.dlogits[i].bits, to_bf16(ref_on_kernel_probs[i]).bits) << "j " << j;
-          // (2⁻¹⁵ for the product of the two roundings' and the others' relative errors.)
-          EXPECT_NEAR(d, ref[i], (2 * kBf16Rounding + 0x1p-15 + kr + cr) * std::abs(ref[i]) + kSmallestNormal)
-              << "j " << j;
+          // Off the target: dloss·p within kernel_rel (and the product's rounding) of the exact, rounded once; the
+          // cpu backend's p·dloss within cpu_rel and its two fp32 roundings.
+          const double e = exact.p[j] * dloss;
+          EXPECT_NEAR(d, e, (kBf16Rounding + kr + 2 * u) * e + kSmallestNormal) << "j " << j;
+          EXPECT_NEAR(d, ref[i], (kBf16Rounding + kr + cr + 4 * u) * std::abs(ref[i]) + kSmallestNormal) << "j " << j;
         } else {
           // At the target: expm1(−loss)·dloss, within 2·kernel_rel of the exact, then one BF16 rounding. The cpu
           // backend's (p − 1)·dloss carries its p's absolute error cpu_rel·p, which dominates as p nears 1.
@@ -153,7 +147,7 @@ class Classifier : public ::testing::Test {
   }
 };
 
-TEST_F(Classifier, ForwardAndBackwardMatchTheCpuBackendAndTheExactValues) {
+TEST_F(Classifier, LossesAndGradientMatchTheCpuBackendAndTheExactValues) {
   struct Shape {
     std::size_t N, V;
   };
@@ -177,10 +171,7 @@ TEST_F(Classifier, RowsPaddedPastTheVocabularyGiveTheSameBitsAndKeepTheirPadding
     const std::vector<std::int32_t> targets = random_targets(s.N, s.V);
     const float dloss = 0.37f / float(s.N);
     const Result dense = check(logits, targets, s.N, s.V, dloss), rows = check(logits, targets, s.N, s.V, dloss, s.ld);
-    for (std::size_t i = 0; i < s.N * s.V; ++i) {
-      ASSERT_EQ(rows.probs[i].bits, dense.probs[i].bits) << i;
-      ASSERT_EQ(rows.dlogits[i].bits, dense.dlogits[i].bits) << i;
-    }
+    for (std::size_t i = 0; i < s.N * s.V; ++i) ASSERT_EQ(rows.dlogits[i].bits, dense.dlogits[i].bits) << i;
     for (std::size_t n = 0; n < s.N; ++n) EXPECT_EQ(rows.losses[n], dense.losses[n]);
     EXPECT_EQ(rows.loss_sum, dense.loss_sum);
   }
@@ -205,8 +196,8 @@ TEST_F(Classifier, TargetNearOneKeepsItsGradientAndAHopelessTargetCapsItsLoss) {
     SCOPED_TRACE(::testing::Message() << "row " << n);
     const std::size_t t = std::size_t(targets[n]);
     const ExactRow exact = exact_row(logits_f.data() + n * V, V, t);
-    EXPECT_EQ(to_float(k.probs[n * V + t]), 1.0f);  // what the stored probability says
-    // check() held the dlogit to one BF16 rounding of the exact; the stored probability alone would give 0.
+    // check() held the dlogit to one BF16 rounding of the exact; p rounded to BF16 (1) would have given 0.
+    EXPECT_EQ(to_bf16(float(1 + exact.target_p_minus_one)).bits, to_bf16(1.0f).bits);
     EXPECT_NE(to_float(k.dlogits[n * V + t]), 0.0f);
     EXPECT_NEAR(to_float(k.dlogits[n * V + t]), exact.target_p_minus_one * dloss,
                 kBf16Rounding * std::abs(exact.target_p_minus_one * dloss) * 1.01);

@@ -3,7 +3,8 @@
 // thread, switched at __syncthreads and at warp shuffles: cheap enough to run a whole model's kernels in a test.
 // Built with -DDPTRAIN_CUDA_ON_CPU_THREADS they are real std::threads instead, __syncthreads a std::barrier, so
 // that ThreadSanitizer sees races between them (the NAME_threads_test builds of tests/kernels/CMakeLists.txt).
-// What it allows (../CUDA.md, "Testing without a GPU"): __global__/__device__ functions, blockIdx, threadIdx,
+// What it allows (../CUDA.md, "Testing without a GPU"): __global__/__device__ functions (__launch_bounds__, a hint
+// to nvcc's register allocation, means nothing here), blockIdx, threadIdx,
 // blockDim, gridDim, static __shared__ arrays (one block runs at a time, so a static variable is the block's shared
 // memory), one dynamic shared buffer per block (DPTRAIN_DYNAMIC_SHARED in kernels/common.cuh, sized by the
 // launch), __syncthreads reached by every thread, full-mask __shfl_xor_sync/__shfl_down_sync within warps of 32
@@ -35,6 +36,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static
 #define __restrict__ __restrict
 

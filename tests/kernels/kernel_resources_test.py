@@ -27,7 +27,7 @@ STACK_ALLOWED = {"embedding_backward_wte": 64}
 # The kernels written over for_each_element, for_each_chunk or for_each_loaded_chunk (kernels/vectorized.cuh).
 VECTORISED = {"gelu_forward", "gelu_backward", "reduce_add_bf16", "add_f32", "cast_f32_to_bf16", "cast_bf16_to_f32",
               "adamw_f32_grad", "adamw_bf16_grad", "permute_qkv", "unpermute", "permute_heads", "unpermute_qkv",
-              "embedding_forward", "classifier_forward", "classifier_backward", "layernorm_forward",
+              "embedding_forward", "classifier", "layernorm_forward",
               "layernorm_backward"}
 
 

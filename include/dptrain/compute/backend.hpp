@@ -126,16 +126,14 @@ class Backend {
   // out[n] += a[n], both in `dtype` (activations: the residual branch's backward; gradients: folding a term in).
   virtual void accumulate(void* out, const void* a, std::size_t n, DType dtype) = 0;
 
-  // logits[N,V] become softmax probabilities in place; losses[N] = −log p[target]; *loss_sum += Σ losses (in
-  // row order, in double). Rows are ld ≥ V elements apart; the columns past V are neither read nor written (here
-  // and in backward).
-  virtual void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                             std::size_t V, std::size_t ld, double* loss_sum) = 0;
-  // probs[N,V] become dlogits in place: (p − onehot(target))·dloss. losses[N] are the forward's: a backend that
-  // stores probabilities in BF16 recomputes the target's p = exp(−loss) from them in fp32 (a rounded p near 1
-  // would lose the gradient 1 − p).
-  virtual void softmax_cross_entropy_backward(void* probs, const float* losses, const std::int32_t* targets,
-                                              float dloss, std::size_t N, std::size_t V, std::size_t ld) = 0;
+  // The classifier's loss and, in the same pass, the logits' gradient: losses[N] = −log p[target] for p the softmax
+  // of each row, *loss_sum += Σ losses (in row order, in double). Where dloss ≠ 0 (a training step) the logits
+  // become dloss·(p − onehot(target)) in place, the gradient backward starts from (a backend that holds them in BF16
+  // computes the target's p − 1 as expm1(−loss) in fp32: a rounded p near 1 would lose it); where dloss = 0
+  // (evaluation) what the logits hold afterwards is the backend's own. Rows are ld ≥ V elements apart; the columns
+  // past V are neither read nor written.
+  virtual void softmax_cross_entropy(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
+                                     std::size_t V, std::size_t ld, float dloss, double* loss_sum) = 0;
 
   // ---- gradients and the optimizer --------------------------------------------------------------------------
   // out[n] (to) = in[n] (from): a copy when the types agree, else fp32 → BF16 by round-to-nearest-even or

@@ -36,15 +36,17 @@ class Gpt {
   Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_windows);
 
   // windows [n, Q+1] tokens on the host: inputs are [:, :Q], targets [:, 1:]. Adds the Σ of the n·Q position
-  // losses into *loss_sum (device memory). n = 0 computes nothing and only acquires and releases the weights in a
-  // pass's order (walk_weights).
-  void forward(const std::int32_t* windows, std::size_t n, const WeightAccess& weights, double* loss_sum);
+  // losses into *loss_sum (device memory). dloss ≠ 0 prepares a backward(): the classifier makes the logits'
+  // gradient, dloss·∂(Σ losses)/∂logits, in the same pass as the losses; dloss = 0 computes the losses only. n = 0
+  // computes nothing and only acquires and releases the weights in a pass's order (walk_weights).
+  void forward(const std::int32_t* windows, std::size_t n, const WeightAccess& weights, double* loss_sum,
+               float dloss = 0.0f);
 
-  // Adds dloss·∂(Σ losses)/∂weights into grads [N] (device, gradient dtype) for the windows of the last forward().
-  // Once per forward(): the saved probabilities become the logits' gradient in place.
+  // Adds dloss·∂(Σ losses)/∂weights into grads [N] (device, gradient dtype) for the windows of the last forward(),
+  // with that forward's dloss (which must not be 0). Once per forward().
   // Gradient accumulation: micro-steps pass completes_gradient = false except the last, which folds in the tied
   // head's term of wte (kept apart until then; see gpt.cpp).
-  void backward(const WeightAccess& weights, void* grads, float dloss, const GradientReady& ready = {},
+  void backward(const WeightAccess& weights, void* grads, const GradientReady& ready = {},
                 bool completes_gradient = true);
 
   // The arena's table and size (for the memory summary).
@@ -74,7 +76,8 @@ class Gpt {
   Backend& backend_;
   Device& device_;
   std::size_t max_windows_;
-  std::size_t n_ = 0;  // windows of the last forward
+  std::size_t n_ = 0;                   // windows of the last forward
+  float backward_dloss_ = 0;            // its dloss, until a backward consumes the logits' gradient
   std::size_t act_bytes_, grad_bytes_;  // element sizes of activations and gradients
 
   ActivationArena arena_;
@@ -83,8 +86,8 @@ class Gpt {
   std::vector<LayerActivations> layers_;
   void* lnf_;                        // [N,C]
   float *lnf_mean_, *lnf_rstd_;      // [N]
-  void* logits_;                     // [N,V] in rows of Vp = logits_row_length() (probabilities after forward,
-                                     // dlogits after backward)
+  void* logits_;                     // [N,V] in rows of Vp = logits_row_length() (their gradient after a forward
+                                     // given dloss ≠ 0)
   float* losses_;                    // [N]
   void* head_grad_;                  // [V,C] gradient dtype: the LM head's term of wte's gradient until folded in
   // Backward scratch: the residual stream's gradient and one buffer per branch activation.

@@ -288,13 +288,9 @@ class Bf16Backend final : public Backend {
   }
   void accumulate(void* out, const void* a, std::size_t n, DType dtype) override { reduce_add(out, a, n, dtype); }
 
-  void softmax_cross_entropy_forward(void* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                     std::size_t V, std::size_t ld, double* loss_sum) override {
-    kernels_->classifier_forward(h(logits), losses, targets, N, V, ld, loss_sum);
-  }
-  void softmax_cross_entropy_backward(void* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                      std::size_t N, std::size_t V, std::size_t ld) override {
-    kernels_->classifier_backward(h(probs), losses, targets, dloss, N, V, ld);
+  void softmax_cross_entropy(void* logits, float* losses, const std::int32_t* targets, std::size_t N, std::size_t V,
+                             std::size_t ld, float dloss, double* loss_sum) override {
+    kernels_->classifier(h(logits), losses, targets, dloss, N, V, ld, loss_sum);
   }
 
   // ---- gradients and the optimizer -------------------------------------------------------------------------

@@ -52,12 +52,10 @@ class Bf16Kernels {
   virtual void causal_softmax_backward(bf16* dscores, const bf16* probs, const float* dprobs, std::size_t heads,
                                        std::size_t T) = 0;
 
-  // The classifier: probabilities and losses (their sum added into *loss_sum), then dlogits in place; rows of V
-  // values ld ≥ V elements apart.
-  virtual void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N,
-                                  std::size_t V, std::size_t ld, double* loss_sum) = 0;
-  virtual void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss,
-                                   std::size_t N, std::size_t V, std::size_t ld) = 0;
+  // The classifier: losses (their sum added into *loss_sum) and, where dloss ≠ 0, the logits' gradient in place;
+  // rows of V values ld ≥ V elements apart.
+  virtual void classifier(bf16* logits, float* losses, const std::int32_t* targets, float dloss, std::size_t N,
+                          std::size_t V, std::size_t ld, double* loss_sum) = 0;
 
   virtual void add_bf16(bf16* acc, const bf16* in, std::size_t n) = 0;  // fp32 add, one rounding
   virtual void add_f32(float* acc, const float* in, std::size_t n) = 0;

@@ -98,15 +98,10 @@ class KernelCalls final : public Bf16Kernels {
          heads, T);
   }
 
-  void classifier_forward(bf16* logits, float* losses, const std::int32_t* targets, std::size_t N, std::size_t V,
-                          std::size_t ld, double* loss_sum) override {
-    run_(__func__, kernels::classifier_launch(N), kernels::classifier_forward, logits, losses, targets, N, V, ld);
+  void classifier(bf16* logits, float* losses, const std::int32_t* targets, float dloss, std::size_t N, std::size_t V,
+                  std::size_t ld, double* loss_sum) override {
+    run_(__func__, kernels::classifier_launch(N), kernels::classifier, logits, losses, targets, dloss, N, V, ld);
     run_(__func__, kernels::loss_sum_launch(), kernels::loss_sum, loss_sum, static_cast<const float*>(losses), N);
-  }
-  void classifier_backward(bf16* probs, const float* losses, const std::int32_t* targets, float dloss, std::size_t N,
-                           std::size_t V, std::size_t ld) override {
-    run_(__func__, kernels::classifier_launch(N), kernels::classifier_backward, probs, losses, targets, dloss, N, V,
-         ld);
   }
 
   void add_bf16(bf16* acc, const bf16* in, std::size_t n) override {

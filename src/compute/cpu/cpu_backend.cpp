@@ -398,30 +398,21 @@ class CpuBackend final : public Backend {
     for (std::size_t i = 0; i < n; ++i) out[i] += a[i];
   }
 
-  void softmax_cross_entropy_forward(void* logits_, float* losses, const std::int32_t* targets, std::size_t N,
-                                     std::size_t V, std::size_t ld, double* loss_sum) override {
+  void softmax_cross_entropy(void* logits_, float* losses, const std::int32_t* targets, std::size_t N, std::size_t V,
+                             std::size_t ld, float dloss, double* loss_sum) override {
     float* logits = f(logits_);
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < N; ++i) {
       float* row = logits + i * ld;
       softmax_in_place(row, V);
       losses[i] = -std::log(std::max(row[targets[i]], 1e-30f));
+      if (dloss == 0.0f) continue;  // evaluation: the probabilities stay
+      row[targets[i]] -= 1.0f;      // fp32 probabilities are exact enough for p − 1
+      for (std::size_t j = 0; j < V; ++j) row[j] *= dloss;
     }
     double total = 0.0;
     for (std::size_t i = 0; i < N; ++i) total += losses[i];
     *loss_sum += total;
-  }
-
-  void softmax_cross_entropy_backward(void* probs_, const float* /*losses: fp32 probabilities are exact enough*/,
-                                      const std::int32_t* targets, float dloss, std::size_t N, std::size_t V,
-                                      std::size_t ld) override {
-    float* probs = f(probs_);
-#pragma omp parallel for schedule(static)
-    for (std::size_t i = 0; i < N; ++i) {
-      float* row = probs + i * ld;
-      row[targets[i]] -= 1.0f;
-      for (std::size_t j = 0; j < V; ++j) row[j] *= dloss;
-    }
   }
 
   void cast(const void* in, DType from, void* out, DType to, std::size_t n) override {
