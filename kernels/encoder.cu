@@ -29,9 +29,8 @@
 // frequent token: a serial chain of rounds of dout loads (kWteLoadsAhead rows' loads issued before they are
 // added), one memory latency each. Measured: 2.76 ms a step with 8 rows a round on byte-level text (a space is one
 // row in six, ~11,000 rows in one bucket; docs/cuda.md); ~2,600 rows for GPT-2's most frequent token (4 %). The
-// alternatives
-// cost more or need what the harness forbids: a global read-modify-write per row (a dependent load latency per
-// row on the hot bucket), float atomics (non-deterministic), or a device sort of the rows by token.
+// alternatives cost more or need what the harness forbids: a global read-modify-write per row (a dependent load
+// latency per row on the hot bucket), float atomics (non-deterministic), or a device sort of the rows by token.
 #include "encoder.cuh"
 
 namespace dptrain::kernels {

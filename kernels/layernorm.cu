@@ -103,7 +103,7 @@ __device__ void weight_columns(float* partial, const bf16* dout, const bf16* in,
 // din += (w·dout − mean(w·dout) − norm·mean(w·dout·norm))·rstd with norm = (in − mean)·rstd, as the cpu backend.
 __global__ void layernorm_backward(bf16* din, const bf16* dout, const bf16* in, const bf16* w, const float* mean,
                                    const float* rstd, std::size_t N, std::size_t C, float* scratch) {
-  DPTRAIN_DYNAMIC_SHARED(float, columns);  // one pass: [warps][dw C | db C], each warp's sums over its rows
+  DPTRAIN_DYNAMIC_SHARED(float, columns);  // one pass: each warp's dw, db sums over its rows (slot order, below)
   const std::size_t rows = partial_rows(N, gridDim.x), first = std::size_t(blockIdx.x) * rows;
   const std::size_t last = first + rows < N ? first + rows : N;
   const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
