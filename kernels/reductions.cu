@@ -45,13 +45,15 @@ __global__ void sum_partials(float* out0, float* out1, const float* partials, st
   }
 }
 
-// Each thread sums W adjacent columns (one 16-byte access per row where W = 8), columns [tid·W, tid·W + W),
-// [(tid + blockDim)·W, …), …; each column over the block's rows in order, kRowBatch rows loaded before they are
-// added (independent loads in flight), so each column's sum has the bits of the plain loop on either path.
+// Each thread sums W adjacent columns (one 16-byte access per row where W = 8): thread t of column tile y
+// (blockIdx.y, a grid row of its own) takes columns [(y·blockDim + t)·W, … + W), then the same a whole grid's columns
+// further on; each column over the block's rows in order, kRowBatch rows loaded before they are added (independent
+// loads in flight), so each column's sum has the bits of the plain loop on either path and whatever the tiles.
 template <unsigned W>
 __device__ void bias_columns(float* out, const bf16* dout, std::size_t first, std::size_t last, std::size_t OC,
                              std::size_t ld) {
-  for (std::size_t o = std::size_t(threadIdx.x) * W; o < OC; o += std::size_t(blockDim.x) * W) {
+  for (std::size_t o = (std::size_t(blockIdx.y) * blockDim.x + threadIdx.x) * W; o < OC;
+       o += std::size_t(gridDim.y) * blockDim.x * W) {
     float sum[W] = {};
     std::size_t r = first;
     for (; r + kRowBatch <= last; r += kRowBatch) {

@@ -33,7 +33,12 @@ inline Launch sum_partials_launch(std::size_t width) {
 // Bias gradient, stage 1: partials[b][o] = Σ over block b's rows of dout[row, o] (fp32; rows ld ≥ OC apart). Then
 // sum_partials(dbias, nullptr, partials, partial_row_blocks(N), OC) with sum_partials_launch(OC): dbias += Σ_rows dout.
 __global__ void bias_backward(float* partials, const bf16* dout, std::size_t N, std::size_t OC, std::size_t ld);
-inline Launch bias_backward_launch(std::size_t N) { return {dim3(partial_row_blocks(N)), dim3(kPartialThreads), 0}; }
+// Grid: partial_row_blocks(N) row blocks × the column tiles of kPartialThreads chunks of 8 that OC needs, so that no
+// thread takes a second chunk while others of its block idle (OC = 2,304 is 288 chunks: 256 + 32).
+inline Launch bias_backward_launch(std::size_t N, std::size_t OC) {
+  const unsigned tiles = OC == 0 ? 1 : ceil_div(ceil_div(OC, 8), kPartialThreads);
+  return {dim3(partial_row_blocks(N), tiles), dim3(kPartialThreads), 0};
+}
 inline std::size_t bias_backward_scratch_bytes(std::size_t N, std::size_t OC) {
   return std::size_t(partial_row_blocks(N)) * OC * sizeof(float);
 }

@@ -62,7 +62,7 @@ TEST(LaunchLimits, EveryLaunchOfKernelsFitsAGpuAtTheLargestShapes) {
         {"layernorm_backward", kernels::layernorm_backward_launch(N, s.C)},
         {"sum_partials, LayerNorm", kernels::sum_partials_launch(2 * s.C)},
         {"sum_partials, the widest bias", kernels::sum_partials_launch(4 * s.C)},
-        {"bias_backward", kernels::bias_backward_launch(N)},
+        {"bias_backward, the widest bias", kernels::bias_backward_launch(N, 4 * s.C)},
         {"sum_squares", kernels::sum_squares_launch(s.parameters)},
         {"sum_squares_finish", kernels::sum_squares_finish_launch()},
         {"attention permutes", kernels::attention_permute_launch(s.B, s.T, s.C)},

@@ -35,7 +35,8 @@ class Reductions : public KernelTest {
   static std::vector<float> bias_gradient(std::vector<float> dbias, const bf16* dout, std::size_t N, std::size_t OC,
                                           std::size_t ld) {
     std::vector<float> scratch(kernels::bias_backward_scratch_bytes(N, OC) / sizeof(float), NAN);
-    cuda_on_cpu::launch(kernels::bias_backward, kernels::bias_backward_launch(N), scratch.data(), dout, N, OC, ld);
+    cuda_on_cpu::launch(kernels::bias_backward, kernels::bias_backward_launch(N, OC), scratch.data(), dout, N, OC,
+                        ld);
     cuda_on_cpu::launch(kernels::sum_partials, kernels::sum_partials_launch(OC), dbias.data(),
                         static_cast<float*>(nullptr), static_cast<const float*>(scratch.data()),
                         std::size_t(kernels::partial_row_blocks(N)), OC);

@@ -61,7 +61,7 @@ class KernelCalls final : public Bf16Kernels {
   void bias_backward(float* dbias, const bf16* dout, std::size_t N, std::size_t OC, std::size_t ld,
                      void* scratch) override {
     auto* partials = static_cast<float*>(scratch);
-    run_(__func__, kernels::bias_backward_launch(N), kernels::bias_backward, partials, dout, N, OC, ld);
+    run_(__func__, kernels::bias_backward_launch(N, OC), kernels::bias_backward, partials, dout, N, OC, ld);
     run_(__func__, kernels::sum_partials_launch(OC), kernels::sum_partials, dbias, static_cast<float*>(nullptr),
          static_cast<const float*>(partials), std::size_t(kernels::partial_row_blocks(N)), OC);
   }
