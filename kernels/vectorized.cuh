@@ -86,26 +86,14 @@ __device__ __forceinline__ void for_each_element(std::size_t n, bool vectorized,
 }
 
 // Threads `thread` of `threads` over n elements in chunks of kVector: the thread takes chunks thread, thread +
-// threads, …, each in one step(Width<kVector>{}, first element) where `vectorized` and the chunk is whole, else
-// element by element, step(Width<1>{}, i). A thread sees the same elements in the same order on either path, so a
-// reduction over them gives the same bits whatever the alignment. For a row per block (thread = threadIdx.x,
-// threads = blockDim.x) or a row per warp (the lane of 32).
-template <typename Step>
-__device__ __forceinline__ void for_each_chunk(std::size_t thread, std::size_t threads, std::size_t n,
-                                               bool vectorized, Step step) {
-  for (std::size_t first = thread * kVector; first < n; first += threads * kVector)
-    if (vectorized && first + kVector <= n) {
-      step(Width<kVector>{}, first);
-    } else {
-      for (std::size_t i = first; i < n && i < first + kVector; ++i) step(Width<1>{}, i);
-    }
-}
-
-// for_each_chunk with each chunk's loads separated from its arithmetic, so that the loads of Batch whole chunks are
-// issued before the first of them is processed (memory-level parallelism for a thread with much arithmetic per
-// chunk, or several arrays to read): load(width, j) returns what the step needs of the chunk at element j (Lanes of
-// W = kVector or 1 elements), and step(width, j, loaded) processes it. The chunks are processed in for_each_chunk's
-// order, so a reduction over them gets the same bits whatever Batch and the path.
+// threads, …, each as one Width<kVector> step where `vectorized` and the chunk is whole, else element by element,
+// Width<1> steps. A thread sees the same elements in the same order on either path, so a reduction over them gives
+// the same bits whatever the alignment. For a row per block (thread = threadIdx.x, threads = blockDim.x) or a row
+// per warp (the lane of 32). Each chunk's loads are separated from its arithmetic: load(width, j) returns what the
+// step needs of the chunk at element j (Lanes of W = kVector or 1 elements), step(width, j, loaded) processes it,
+// and the loads of Batch whole chunks are issued before the first of them is processed (memory-level parallelism
+// for a thread with much arithmetic per chunk, or several arrays to read); the order of the steps, and so the bits
+// of a reduction, do not depend on Batch.
 template <unsigned Batch, typename Load, typename Step>
 __device__ __forceinline__ void for_each_loaded_chunk(std::size_t thread, std::size_t threads, std::size_t n,
                                                       bool vectorized, Load load, Step step) {
@@ -124,6 +112,16 @@ __device__ __forceinline__ void for_each_loaded_chunk(std::size_t thread, std::s
     } else {
       for (std::size_t i = first; i < n && i < first + kVector; ++i) step(Width<1>{}, i, load(Width<1>{}, i));
     }
+}
+
+// The same walk where the step does its own loads: step(width, first element).
+template <typename Step>
+__device__ __forceinline__ void for_each_chunk(std::size_t thread, std::size_t threads, std::size_t n,
+                                               bool vectorized, Step step) {
+  struct Nothing {};
+  for_each_loaded_chunk<1>(
+      thread, threads, n, vectorized, [](auto, std::size_t) { return Nothing{}; },
+      [&](auto width, std::size_t i, Nothing) { step(width, i); });
 }
 
 // 256 threads per block, one per `threads` up to 65,536 blocks, then grid-stride.

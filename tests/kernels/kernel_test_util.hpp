@@ -1,6 +1,6 @@
 // What the kernel tests share: a fixture with the cpu backend (the reference) and a random generator; random BF16
-// and fp32 data; widening BF16 to fp32; the BF16 ulp and fp32's unit roundoff; the bits of a float. Include after
-// cuda_on_cpu.hpp and the kernel files.
+// and fp32 data; widening BF16 to fp32; the BF16 ulp and fp32's unit roundoff; the bits of a float; arrays placed
+// off a 16-byte boundary. Include after cuda_on_cpu.hpp and the kernel files.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -59,6 +59,29 @@ inline std::uint32_t bits(float x) {
   std::memcpy(&u, &x, sizeof u);
   return u;
 }
+
+// n values of T placed `shift` elements past a 16-byte boundary.
+template <typename T>
+class Placed {
+ public:
+  Placed(const std::vector<T>& values, unsigned shift)
+      : n_(values.size()), storage_((n_ + shift) * sizeof(T) / 16 + 1) {
+    data = reinterpret_cast<T*>(storage_.data()) + shift;
+    std::copy(values.begin(), values.end(), data);
+  }
+  Placed(const Placed&) = delete;  // `data` points into the storage: a copy would point into the original's
+  Placed(Placed&&) = default;
+  std::vector<T> values() const { return std::vector<T>(data, data + n_); }
+  T* data;
+
+ private:
+  struct alignas(16) Chunk {
+    unsigned char bytes[16];
+  };
+
+  std::size_t n_;
+  std::vector<Chunk> storage_;
+};
 
 // A kernel test: the cpu backend to compare with, and a random generator with a fixed seed.
 class KernelTest : public ::testing::Test {

@@ -97,20 +97,16 @@ TEST_F(Kernels, LayerNormForwardMatchesTheCpuBackend) {
       }
     }
     // The same rows one element past a 16-byte boundary take the element-at-a-time path: the same bits.
-    auto shifted = [](const std::vector<bf16>& v) {
-      std::vector<bf16> out(v.size() + 1);
-      std::copy(v.begin(), v.end(), out.begin() + 1);
-      return out;
-    };
-    std::vector<bf16> in1 = shifted(in), w1 = shifted(w), b1 = shifted(b), out1(out.size() + 1);
+    Placed<bf16> in1(in, 1), w1(w, 1), b1(b, 1), out1(std::vector<bf16>(out.size()), 1);
     std::vector<float> mean1(s.N, NAN), rstd1(s.N, NAN);
-    cuda_on_cpu::launch(kernels::layernorm_forward, kernels::layernorm_forward_launch(s.N), out1.data() + 1,
-                        mean1.data(), rstd1.data(), in1.data() + 1, w1.data() + 1, b1.data() + 1, s.N, s.C);
+    cuda_on_cpu::launch(kernels::layernorm_forward, kernels::layernorm_forward_launch(s.N), out1.data, mean1.data(),
+                        rstd1.data(), in1.data, w1.data, b1.data, s.N, s.C);
     for (std::size_t r = 0; r < s.N; ++r) {
       EXPECT_EQ(bits(mean1[r]), bits(mean[r])) << "row " << r;
       EXPECT_EQ(bits(rstd1[r]), bits(rstd[r])) << "row " << r;
     }
-    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out1[i + 1].bits, out[i].bits) << i;
+    const std::vector<bf16> shifted_out = out1.values();
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(shifted_out[i].bits, out[i].bits) << i;
   }
 }
 

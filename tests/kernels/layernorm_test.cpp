@@ -35,24 +35,17 @@ struct Gradients {
 class LayerNormBackward : public KernelTest {
  protected:
   // Both stages as the backend launches them, on a copy of the starting gradients; din, dout, in and w are placed
-  // `shift` elements past a 16-byte boundary (std::vector's storage is 16-byte aligned).
+  // `shift` elements past a 16-byte boundary.
   static Gradients run(Gradients g, const std::vector<bf16>& dout, const std::vector<bf16>& in,
                        const std::vector<bf16>& w, const std::vector<float>& mean, const std::vector<float>& rstd,
-                       std::size_t N, std::size_t C, std::size_t shift = 0) {
-    auto placed = [shift](const std::vector<bf16>& v) {
-      std::vector<bf16> out(v.size() + shift);
-      std::copy(v.begin(), v.end(), out.begin() + std::ptrdiff_t(shift));
-      return out;
-    };
-    std::vector<bf16> din = placed(g.din);
-    const std::vector<bf16> dout_at = placed(dout), in_at = placed(in), w_at = placed(w);
+                       std::size_t N, std::size_t C, unsigned shift = 0) {
+    Placed<bf16> din(g.din, shift), dout_at(dout, shift), in_at(in, shift), w_at(w, shift);
     std::vector<float> scratch(kernels::layernorm_backward_scratch_bytes(N, C) / sizeof(float), NAN);
-    cuda_on_cpu::launch(kernels::layernorm_backward, kernels::layernorm_backward_launch(N, C), din.data() + shift,
-                        dout_at.data() + shift, in_at.data() + shift, w_at.data() + shift, mean.data(), rstd.data(),
-                        N, C, scratch.data());
+    cuda_on_cpu::launch(kernels::layernorm_backward, kernels::layernorm_backward_launch(N, C), din.data, dout_at.data,
+                        in_at.data, w_at.data, mean.data(), rstd.data(), N, C, scratch.data());
     cuda_on_cpu::launch(kernels::sum_partials, kernels::sum_partials_launch(2 * C), g.dw.data(), g.db.data(),
                         static_cast<const float*>(scratch.data()), std::size_t(kernels::partial_row_blocks(N)), C);
-    std::copy(din.begin() + std::ptrdiff_t(shift), din.end(), g.din.begin());
+    g.din = din.values();
     return g;
   }
 };

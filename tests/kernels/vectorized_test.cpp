@@ -31,28 +31,6 @@ namespace {
 
 using namespace kernel_test;
 
-// n values of T placed `shift` elements past a 16-byte boundary.
-template <typename T>
-class Placed {
- public:
-  Placed(const std::vector<T>& values, unsigned shift)
-      : n_(values.size()), storage_((n_ + shift) * sizeof(T) / 16 + 1) {
-    data = reinterpret_cast<T*>(storage_.data()) + shift;
-    std::copy(values.begin(), values.end(), data);
-  }
-  Placed(const Placed&) = delete;  // `data` points into the storage: a copy would point into the original's
-  Placed(Placed&&) = default;
-  std::vector<T> values() const { return std::vector<T>(data, data + n_); }
-  T* data;
-
- private:
-  struct alignas(16) Chunk {
-    unsigned char bytes[16];
-  };
-  std::size_t n_;
-  std::vector<Chunk> storage_;
-};
-
 std::size_t vector_accesses() { return cuda_on_cpu::vector_accesses.load(); }
 
 template <typename Out>
