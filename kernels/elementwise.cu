@@ -6,8 +6,6 @@
 
 namespace dptrain::kernels {
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/π)
-
 namespace {
 
 // out = f(a), element by element, with f on fp32 values (a BF16 input widened exactly) and the result rounded to
@@ -36,22 +34,16 @@ __device__ __forceinline__ void map2(Out* out, const A* a, const B* b, std::size
   });
 }
 
-__device__ __forceinline__ float gelu_tanh(float x) { return tanhf(kGeluScale * (x + 0.044715f * x * x * x)); }
-
 }  // namespace
 
 // out[i] = gelu(in[i]).
 __global__ void gelu_forward(bf16* out, const bf16* in, std::size_t n) {
-  map1(out, in, n, [](float x) { return 0.5f * x * (1.0f + gelu_tanh(x)); });
+  map1(out, in, n, [](float x) { return gelu(x); });
 }
 
 // din[i] = dout[i]·gelu'(in[i]), rounded once.
 __global__ void gelu_backward(bf16* din, const bf16* in, const bf16* dout, std::size_t n) {
-  map2(din, in, dout, n, [](float x, float d) {
-    const float t = gelu_tanh(x);
-    const float dt = (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    return d * (0.5f * (1.0f + t) + 0.5f * x * dt);
-  });
+  map2(din, in, dout, n, [](float x, float d) { return d * gelu_derivative(x); });
 }
 
 // acc[i] = bf16(acc[i] + incoming[i]) with the sum in fp32: bitwise what host_reduce_add computes.

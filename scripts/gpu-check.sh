@@ -265,7 +265,7 @@ if command -v compute-sanitizer >/dev/null; then
     [ "$tool" = initcheck ] && limit=(--print-limit 100000)  # every error, for the summary's count per kernel
     timeout "$seconds" compute-sanitizer --tool "$tool" "${limit[@]}" --target-processes all --error-exitcode 9 \
       env LD_LIBRARY_PATH="$bundle_lib:$LD_LIBRARY_PATH" "$bin/compute_test" \
-      --gtest_filter='*OpForward.*/cuda:*Optimizer.*/cuda:*AttentionForward.*/cuda_B*:*GptGradient.BackwardAccumulates/cuda:*GptGradient.RepeatsBitwise/cuda' \
+      --gtest_filter='*OpForward.*/cuda:*MatmulGelu.*/cuda:*Optimizer.*/cuda:*AttentionForward.*/cuda_B*:*GptGradient.BackwardAccumulates/cuda:*GptGradient.RepeatsBitwise/cuda' \
       > "$OUT/sanitizer-$tool.txt" 2>&1
     echo "$tool exit $?" | tee -a "$OUT/sanitizer-$tool.txt"
   done

@@ -98,22 +98,39 @@ std::string_view operand_name(GemmOperand operand) {
     case O::dscores: return "dscores";
     case O::bias: return "bias";
     case O::ones: return "ones";
+    case O::pre: return "pre";
   }
   return "?";
 }
 
-GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out, bool bias) {
+std::string_view activation_name(GemmActivation activation) {
+  switch (activation) {
+    case GemmActivation::none: return "none";
+    case GemmActivation::gelu: return "gelu";
+    case GemmActivation::dgelu: return "dgelu";
+  }
+  return "?";
+}
+
+GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out, bool bias,
+                             GemmActivation activation) {
+  DP_ASSERT(activation != GemmActivation::dgelu);
   // out[N,OC] = in[N,C]·weight[OC,C]ᵀ
   GemmPlan plan =
       with_row_length(row_major_product(O::out, {O::in, kN}, {O::weight, kT}, N, OC, C, 1.0f, 0.0f), O::out, ld_out);
   plan.bias_epilogue = bias;
+  plan.activation = activation;
   return plan;
 }
 
-GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
+GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out,
+                                    GemmActivation activation) {
+  DP_ASSERT(activation != GemmActivation::gelu);
   // din[N,C] = dout[N,OC]·weight[OC,C]
-  return with_row_length(row_major_product(O::din, {O::dout, kN}, {O::weight, kN}, N, C, OC, 1.0f, 0.0f), O::dout,
-                         ld_out);
+  GemmPlan plan = with_row_length(row_major_product(O::din, {O::dout, kN}, {O::weight, kN}, N, C, OC, 1.0f, 0.0f),
+                                  O::dout, ld_out);
+  plan.activation = activation;
+  return plan;
 }
 
 GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
@@ -153,7 +170,7 @@ GemmPlan attention_dk_plan(std::size_t B, std::size_t T, std::size_t C, std::siz
 }
 
 UnfusedBias unfused_bias_plans(const GemmPlan& plan) {
-  DP_ASSERT(plan.bias_epilogue && plan.beta == 0.0f && plan.batch == 1);
+  DP_ASSERT(plan.bias_epilogue && plan.beta == 0.0f && plan.batch == 1 && plan.activation == GemmActivation::none);
   GemmPlan broadcast{.a = O::bias, .b = O::ones, .c = plan.c};
   broadcast.m = plan.m;
   broadcast.n = plan.n;
@@ -204,6 +221,7 @@ std::vector<GemmPart> split(const GemmPart& part, Dimension dimension) {
   const i64 size = dimension == Dimension::m ? p.m : dimension == Dimension::n ? p.n : p.k;
   const i64 aligned = size / kGemmAlignedMultiple * kGemmAlignedMultiple;
   if (aligned == 0 || aligned == size) return {part};
+  DP_ASSERT(dimension != Dimension::k || p.activation == GemmActivation::none);  // gemm_activation_fusable
   GemmPart head = restricted(part, dimension, 0, aligned), tail = restricted(part, dimension, aligned, size);
   if (dimension != Dimension::k) return {head, tail};
   head.plan.beta = 1.0f;  // onto the remainder's result, whose β and bias were the plan's
@@ -222,6 +240,11 @@ std::vector<GemmPart> gemm_aligned_parts(const GemmPlan& plan) {
     parts = std::move(finer);
   }
   return parts;
+}
+
+bool gemm_activation_fusable(const GemmPlan& plan) {
+  return (plan.k < kGemmAlignedMultiple || plan.k % kGemmAlignedMultiple == 0) &&
+         plan.ldc % kGemmAlignedMultiple == 0;
 }
 
 std::vector<GemmPart> causal_row_blocks(const GemmPlan& plan, std::size_t block) {
@@ -261,6 +284,8 @@ std::string gemm_plan_problem(const GemmPlan& p) {
   if (p.ldc < p.m) return "ldc is below m";
   if (p.stride_a < 0 || p.stride_b < 0 || p.stride_c < 0) return "a stride is negative";
   if (p.batch > 1 && p.stride_c < p.ldc * p.n) return "batch members of D overlap (stride_c < ldc·n)";
+  if (p.activation != GemmActivation::none && p.batch > 1) return "an activation epilogue on a batched plan";
+  if (p.activation == GemmActivation::dgelu && p.bias_epilogue) return "dgelu takes no bias";
   return "";
 }
 

@@ -55,7 +55,7 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
   const auto head_grad = a.add("head_grad", V * C, grad_bytes_);
   const auto d_stream = a.add("d_stream", N * C, A), d_ln = a.add("d_ln", N * C, A);
   const auto d_qkv = a.add("d_qkv", N * 3 * C, A), d_atty = a.add("d_atty", N * C, A);
-  const auto d_fch = a.add("d_fch", N * 4 * C, A), d_fch_gelu = a.add("d_fch_gelu", N * 4 * C, A);
+  const auto d_fch = a.add("d_fch", N * 4 * C, A);
   a.allocate(device_);
 
   inputs_ = a.as<std::int32_t>(inputs), targets_ = a.as<std::int32_t>(targets);
@@ -69,7 +69,7 @@ Gpt::Gpt(const ParameterLayout& layout, Backend& backend, std::size_t max_window
   head_grad_ = a.data(head_grad);
   device_.zero(head_grad_, V * C * grad_bytes_);
   d_stream_ = a.data(d_stream), d_ln_ = a.data(d_ln), d_qkv_ = a.data(d_qkv), d_atty_ = a.data(d_atty);
-  d_fch_ = a.data(d_fch), d_fch_gelu_ = a.data(d_fch_gelu);
+  d_fch_ = a.data(d_fch);
   host_tokens_.resize(2 * N);
 }
 
@@ -133,8 +133,7 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
     be.matmul_forward(a.res2, a.atty, w(p.attn_proj_w), w(p.attn_proj_b), N, T, C, C, C);
     be.accumulate(a.res2, x, N * C, be.activation_dtype());
     be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w(p.ln2_w), w(p.ln2_b), N, C);
-    be.matmul_forward(a.fch, a.ln2, w(p.fc_w), w(p.fc_b), N, T, C, 4 * C, 4 * C);
-    be.gelu_forward(a.fch_gelu, a.fch, N * 4 * C);
+    be.matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, w(p.fc_w), w(p.fc_b), N, T, C, 4 * C);
     be.matmul_forward(a.out, a.fch_gelu, w(p.fc_proj_w), w(p.fc_proj_b), N, T, 4 * C, C, C);
     be.accumulate(a.out, a.res2, N * C, be.activation_dtype());
     weights.release(r);
@@ -192,9 +191,8 @@ void Gpt::backward(const WeightAccess& weights, void* G, const GradientReady& re
     const void* W = weights.acquire(r);
     auto w = [&](std::size_t offset) { return weight_at(W, r, offset); };
     // MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))).
-    be.matmul_backward(d_fch_gelu_, g(p.fc_proj_w), g(p.fc_proj_b), d_stream_, a.fch_gelu, w(p.fc_proj_w), N, T,
-                       4 * C, C, C);
-    be.gelu_backward(d_fch_, a.fch, d_fch_gelu_, N * 4 * C);
+    be.gelu_matmul_backward(d_fch_, g(p.fc_proj_w), g(p.fc_proj_b), d_stream_, a.fch_gelu, w(p.fc_proj_w), a.fch, N,
+                            T, 4 * C, C);
     be.matmul_backward(d_ln_, g(p.fc_w), g(p.fc_b), d_fch_, a.ln2, w(p.fc_w), N, T, C, 4 * C, 4 * C);
     be.layernorm_backward(d_stream_, g(p.ln2_w), g(p.ln2_b), d_ln_, a.res2, w(p.ln2_w), a.ln2_mean, a.ln2_rstd, N,
                           C);

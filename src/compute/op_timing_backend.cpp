@@ -22,6 +22,8 @@ const char* timed_op_name(TimedOp op) {
                                                                                  "attention_backward",
                                                                                  "gelu_forward",
                                                                                  "gelu_backward",
+                                                                                 "matmul_gelu_forward",
+                                                                                 "gelu_matmul_backward",
                                                                                  "accumulate",
                                                                                  "softmax_cross_entropy",
                                                                                  "cast",
@@ -182,6 +184,23 @@ class OpTimingBackend final : public Backend {
   }
   void gelu_backward(void* din, const void* in, const void* dout, std::size_t n) override {
     timed(TimedOp::gelu_backward, 0, [&] { inner_->gelu_backward(din, in, dout, n); });
+  }
+  // Where the inner backend fuses them, one op each; else the composition, its parts timed as their own ops.
+  bool fuses_matmul_gelu() const override { return inner_->fuses_matmul_gelu(); }
+  void matmul_gelu_forward(void* out, void* pre, const void* in, const void* w, const void* bias, std::size_t N,
+                           std::size_t T, std::size_t C, std::size_t OC) override {
+    if (!inner_->fuses_matmul_gelu()) return Backend::matmul_gelu_forward(out, pre, in, w, bias, N, T, C, OC);
+    timed(
+        TimedOp::matmul_gelu_forward, matmul_forward_flops(N, C, OC),
+        [&] { inner_->matmul_gelu_forward(out, pre, in, w, bias, N, T, C, OC); }, gemm_shape(N, C, OC));
+  }
+  void gelu_matmul_backward(void* dpre, void* dw, void* dbias, const void* dout, const void* in, const void* w,
+                            const void* pre, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
+    if (!inner_->fuses_matmul_gelu())
+      return Backend::gelu_matmul_backward(dpre, dw, dbias, dout, in, w, pre, N, T, C, OC);
+    timed(
+        TimedOp::gelu_matmul_backward, matmul_backward_flops(N, C, OC, true),
+        [&] { inner_->gelu_matmul_backward(dpre, dw, dbias, dout, in, w, pre, N, T, C, OC); }, gemm_shape(N, C, OC));
   }
   void accumulate(void* out, const void* a, std::size_t n, DType dtype) override {
     timed(TimedOp::accumulate, 0, [&] { inner_->accumulate(out, a, n, dtype); });

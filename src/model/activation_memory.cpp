@@ -23,7 +23,7 @@ double activation_arena_bytes(const ModelConfig& c, double windows, double A, do
   for (int l = 0; l < c.layers; ++l) tensors.insert(tensors.end(), block.begin(), block.end());
   // lnf, its mean and rstd, logits (rows of Vp), losses, the head's gradient, then the backward scratch.
   for (double b : {N * C * A, N * F, N * F, N * Vp * A, N * F, V * C * G, N * C * A, N * C * A, 3 * N * C * A,
-                   N * C * A, 4 * N * C * A, 4 * N * C * A})
+                   N * C * A, 4 * N * C * A})
     tensors.push_back(b);
   // Every tensor starts at an aligned offset; the last one ends the arena.
   double bytes = 0;

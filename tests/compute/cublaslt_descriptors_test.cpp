@@ -4,7 +4,8 @@
 // and fp32: cuBLASLt accepts every attribute, each read back has the size cuBLASLt's documentation gives its type,
 // and holds what the BLAS replay of the same plan (gemm_plan_test) proved right — A and B stored as their
 // transposes say, every ld, the batch count and strides, D's type, fp32 compute and scale, the bias epilogue on a
-// BF16 vector. A layout mistake between plan and cuBLASLt shows here, in CI; the products themselves need a GPU.
+// BF16 vector, the GELU epilogues with their BF16 input of D's ld. A layout mistake between plan and cuBLASLt shows
+// here, in CI; the products themselves need a GPU.
 #include "cublaslt_descriptors.hpp"
 
 #include <cublasLt.h>
@@ -75,10 +76,18 @@ void expect_describes(const GemmPlan& p, cudaDataType_t d_type) {
   EXPECT_EQ(operation_attribute<std::int32_t>(op, CUBLASLT_MATMUL_DESC_SCALE_TYPE), CUDA_R_32F);
   EXPECT_EQ(operation_attribute<std::int32_t>(op, CUBLASLT_MATMUL_DESC_TRANSA), ta ? CUBLAS_OP_T : CUBLAS_OP_N);
   EXPECT_EQ(operation_attribute<std::int32_t>(op, CUBLASLT_MATMUL_DESC_TRANSB), tb ? CUBLAS_OP_T : CUBLAS_OP_N);
+  const std::uint32_t epilogue[3][2] = {
+      {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS},            // none: without, with the bias
+      {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS},  // gelu
+      {CUBLASLT_EPILOGUE_DGELU, 0}};                                  // dgelu (no bias)
   EXPECT_EQ(operation_attribute<std::uint32_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE),
-            p.bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+            epilogue[int(p.activation)][p.bias_epilogue ? 1 : 0]);
   if (p.bias_epilogue) {
     EXPECT_EQ(operation_attribute<std::int32_t>(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), CUDA_R_16BF);
+  }
+  if (p.activation != GemmActivation::none) {  // pre: BF16 in D's layout
+    EXPECT_EQ(operation_attribute<std::int64_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), p.ldc);
+    EXPECT_EQ(operation_attribute<std::int32_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE), CUDA_R_16BF);
   }
 }
 
@@ -108,6 +117,10 @@ std::vector<GemmPlan> model_plans(const Shape& s) {
       plans.push_back(matmul_backward_input_plan(rows, C, OC, ld_out));
       plans.push_back(matmul_backward_weight_plan(rows, C, OC, ld_out));
     }
+  // The MLP's GELU in the epilogues: the up projection's forward, the down projection's input gradient.
+  plans.push_back(matmul_forward_plan(N, s.C, 4 * s.C, 4 * s.C, true, GemmActivation::gelu));
+  plans.push_back(matmul_forward_plan(N, s.C, 4 * s.C, 4 * s.C, false, GemmActivation::gelu));
+  plans.push_back(matmul_backward_input_plan(N, 4 * s.C, s.C, s.C, GemmActivation::dgelu));
   for (auto attention : {attention_scores_plan, attention_output_plan, attention_dprobs_plan, attention_dv_plan,
                          attention_dq_plan, attention_dk_plan})
     plans.push_back(attention(s.B, s.T, s.C, s.NH));
@@ -118,7 +131,8 @@ TEST(CublasLtDescriptors, EveryPlanOfTheModelIsAcceptedAndReadsBackAsPlanned) {
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(s.name);
     for (const GemmPlan& p : model_plans(s))
-      for (cudaDataType_t d_type : {CUDA_R_16BF, CUDA_R_32F}) expect_describes(p, d_type);
+      for (cudaDataType_t d_type : {CUDA_R_16BF, CUDA_R_32F})
+        if (p.activation == GemmActivation::none || d_type == CUDA_R_16BF) expect_describes(p, d_type);
   }
 }
 

@@ -277,6 +277,9 @@ GemmPlan matmul_forward_with_bias(std::size_t N, std::size_t C, std::size_t OC, 
 GemmPlan matmul_forward_without_bias(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
   return matmul_forward_plan(N, C, OC, ld_out, false);
 }
+GemmPlan matmul_backward_input(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
+  return matmul_backward_input_plan(N, C, OC, ld_out);
+}
 
 // The weight gradient accumulates (beta 1) onto the random values already in dweight; din is written (beta 0), as
 // is every attention output (the backend's scratch).
@@ -285,7 +288,7 @@ const ReplayCase kReplayCases[] = {
      {O::out, O::in, false, O::weight, true}, false, 0.0f, false},
     {"OutEqualsInTimesWeightTransposedPlusBias", matmul_forward_with_bias, nullptr,
      {O::out, O::in, false, O::weight, true}, false, 0.0f, true},
-    {"DinEqualsDoutTimesWeight", matmul_backward_input_plan, nullptr, {O::din, O::dout, false, O::weight, false},
+    {"DinEqualsDoutTimesWeight", matmul_backward_input, nullptr, {O::din, O::dout, false, O::weight, false},
      false, 0.0f, false},
     {"DweightPlusEqualsDoutTransposedTimesIn", matmul_backward_weight_plan, nullptr,
      {O::dweight, O::dout, true, O::in, false}, false, 1.0f, false},
@@ -362,6 +365,62 @@ TEST(GemmPlan, TheUnfusedBiasIsABroadcastThenTheProductOntoIt) {
     expect_replay_matches(unfused.product, t, {O::out, O::in, false, O::weight, true},
                           [&s](O o) { return s.dims(o); }, 1, 1.0f, 1.0f);
   }
+}
+
+// ---- activation epilogues ------------------------------------------------------------------------------------
+// What the epilogue computes is the GEMM runner's (the harness replays it, the op tests compare the fused ops with
+// the cpu backend's composition); the plan is the plain product's with the activation set, and its parts keep it.
+
+TEST(GemmPlan, AnActivationPlanIsThePlainProductWithItsEpilogue) {
+  for (const MatmulShape& s : kMatmulShapes) {
+    SCOPED_TRACE(s.describe());
+    for (const bool bias : {false, true}) {
+      GemmPlan gelu = matmul_forward_plan(s.N, s.C, s.OC, s.ld_out, bias, GemmActivation::gelu);
+      EXPECT_EQ(gelu.activation, GemmActivation::gelu);
+      EXPECT_EQ(gemm_plan_problem(gelu), "");
+      gelu.activation = GemmActivation::none;
+      EXPECT_EQ(gelu, matmul_forward_plan(s.N, s.C, s.OC, s.ld_out, bias));
+    }
+    GemmPlan dgelu = matmul_backward_input_plan(s.N, s.C, s.OC, s.ld_out, GemmActivation::dgelu);
+    EXPECT_EQ(dgelu.activation, GemmActivation::dgelu);
+    EXPECT_EQ(gemm_plan_problem(dgelu), "");
+    dgelu.activation = GemmActivation::none;
+    EXPECT_EQ(dgelu, matmul_backward_input_plan(s.N, s.C, s.OC, s.ld_out));
+  }
+}
+
+// Fusable: k kept whole by the aligned parts (a multiple of 8, or below 8) and ldc a multiple of 8 (cuBLASLt's
+// rule for the GELU input's leading dimension). The parts of a fusable plan all carry the activation and the full
+// k; their m and n still split where ragged.
+TEST(GemmPlan, AnActivationRunsOnlyWhereTheSumStaysWholeAndPreIsAligned) {
+  EXPECT_TRUE(gemm_activation_fusable(matmul_forward_plan(64, 768, 3072, 3072, true, GemmActivation::gelu)));
+  EXPECT_TRUE(gemm_activation_fusable(matmul_backward_input_plan(64, 3072, 768, 768, GemmActivation::dgelu)));
+  EXPECT_TRUE(gemm_activation_fusable(matmul_forward_plan(5, 3, 16, 16, true, GemmActivation::gelu)));      // k < 8
+  EXPECT_FALSE(gemm_activation_fusable(matmul_forward_plan(5, 13, 16, 16, true, GemmActivation::gelu)));    // k 13
+  EXPECT_FALSE(gemm_activation_fusable(matmul_forward_plan(5, 16, 12, 12, true, GemmActivation::gelu)));    // ldc 12
+  EXPECT_FALSE(gemm_activation_fusable(matmul_backward_input_plan(5, 12, 16, 16, GemmActivation::dgelu)));  // ldc
+  EXPECT_FALSE(gemm_activation_fusable(matmul_backward_input_plan(5, 16, 20, 20, GemmActivation::dgelu)));  // k 20
+  const GemmPlan ragged_rows = matmul_forward_plan(33, 16, 24, 24, true, GemmActivation::gelu);  // n = 33 splits
+  ASSERT_TRUE(gemm_activation_fusable(ragged_rows));
+  const std::vector<GemmPart> parts = gemm_aligned_parts(ragged_rows);
+  ASSERT_EQ(parts.size(), 2u);
+  std::int64_t rows = 0;
+  for (const GemmPart& part : parts) {
+    EXPECT_EQ(part.plan.activation, GemmActivation::gelu);
+    EXPECT_EQ(part.plan.k, 16);
+    EXPECT_EQ(part.offset_c, rows * 24);  // pre, of D's layout, at the same offset
+    rows += part.plan.n;
+  }
+  EXPECT_EQ(rows, 33);
+}
+
+TEST(GemmPlan, ProblemsNameActivationsOnBatchedPlansAndDgeluWithABias) {
+  GemmPlan batched_gelu = attention_scores_plan(2, 16, 32, 4);
+  batched_gelu.activation = GemmActivation::gelu;
+  EXPECT_EQ(gemm_plan_problem(batched_gelu), "an activation epilogue on a batched plan");
+  GemmPlan dgelu_with_bias = matmul_backward_input_plan(4, 16, 8, 8, GemmActivation::dgelu);
+  dgelu_with_bias.bias_epilogue = true;
+  EXPECT_EQ(gemm_plan_problem(dgelu_with_bias), "dgelu takes no bias");
 }
 
 // ---- the fields, against the table of CUDA.md ---------------------------------------------------------------

@@ -51,8 +51,9 @@ std::vector<float> widen(const void* data, std::size_t n, DType dtype) {
   return out;
 }
 
-// Each batch member: A and B widened from BF16 (exactly), D computed by sgemm in fp32 (plus the bias), then stored
-// in D's type — one rounding where D is BF16, as cuBLASLt's fp32-compute GEMM stores it.
+// Each batch member: A and B widened from BF16 (exactly), D computed by sgemm in fp32 (plus the bias, then the
+// activation: GELU with its input stored in pre, or the GELU gradient at pre), then stored in D's type — one
+// rounding where D is BF16, as cuBLASLt's fp32-compute GEMM stores it.
 class BlasGemm final : public GemmRunner {
  public:
   explicit BlasGemm(Enqueue enqueue) : enqueue_(std::move(enqueue)) {}
@@ -61,12 +62,13 @@ class BlasGemm final : public GemmRunner {
   bool row_length_invariant() const override { return true; }
 
  private:
-  void run_part(const GemmPlan& p, const void* a, const void* b, void* d, DType d_type, const void* bias) override {
-    enqueue_([=] { replay(p, a, b, d, d_type, bias); });
+  void run_part(const GemmPlan& p, const void* a, const void* b, void* d, DType d_type, const void* bias,
+                const void* pre) override {
+    enqueue_([=] { replay(p, a, b, d, d_type, bias, const_cast<void*>(pre)); });
   }
 
   static void replay(const GemmPlan& p, const void* a_data, const void* b_data, void* d_data, DType d_type,
-                     const void* bias) {
+                     const void* bias, void* pre_data) {
     const auto* A = static_cast<const bf16*>(a_data);
     const auto* B = static_cast<const bf16*>(b_data);
     auto* D = static_cast<std::byte*>(d_data);
@@ -83,6 +85,7 @@ class BlasGemm final : public GemmRunner {
                   int(p.k), p.alpha, a.data(), int(p.lda), b.data(), int(p.ldb), p.beta, d.data(), int(p.ldc));
       for (std::int64_t col = 0; col < p.n && bias; ++col)
         for (std::int64_t row = 0; row < p.m; ++row) d[std::size_t(col * p.ldc + row)] += bias32[std::size_t(row)];
+      if (p.activation != GemmActivation::none) activate(p, d, static_cast<bf16*>(pre_data));
       // Only the m×n elements: the gaps between columns (ldc > m) are not the GEMM's to write.
       for (std::int64_t col = 0; col < p.n; ++col) {
         const std::size_t at = std::size_t(col * p.ldc);
@@ -93,6 +96,20 @@ class BlasGemm final : public GemmRunner {
         }
       }
     }
+  }
+
+  // The activation epilogue over D's m×n elements (the plan is not batched): GELU, pre ← bf16(x); or x·gelu'(pre).
+  static void activate(const GemmPlan& p, std::vector<float>& d, bf16* pre) {
+    for (std::int64_t col = 0; col < p.n; ++col)
+      for (std::int64_t row = 0; row < p.m; ++row) {
+        const std::size_t at = std::size_t(col * p.ldc + row);
+        if (p.activation == GemmActivation::gelu) {
+          pre[at] = to_bf16(d[at]);
+          d[at] = kernels::gelu(d[at]);
+        } else {
+          d[at] *= kernels::gelu_derivative(to_float(pre[at]));
+        }
+      }
   }
 
   Enqueue enqueue_;

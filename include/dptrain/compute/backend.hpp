@@ -119,9 +119,30 @@ class Backend {
   // or "fused (...)" naming the library.
   virtual std::string attention_name() const { return "gemm"; }
 
-  // Tanh-approximate GELU, elementwise over n. Backward: din = dout·gelu'(in).
+  // Tanh-approximate GELU, elementwise over n. Backward: din = dout·gelu'(in); din may be dout (in place).
   virtual void gelu_forward(void* out, const void* in, std::size_t n) = 0;
   virtual void gelu_backward(void* din, const void* in, const void* dout, std::size_t n) = 0;
+
+  // The MLP's first product and its GELU: pre[N,OC] = in[N,C]·w[OC,C]ᵀ + bias[OC], out[N,OC] = gelu(pre). Here
+  // matmul_forward, then gelu_forward; a backend may fuse them (fuses_matmul_gelu), taking gelu of pre's value
+  // before it is rounded to the activation dtype.
+  virtual void matmul_gelu_forward(void* out, void* pre, const void* in, const void* w, const void* bias,
+                                   std::size_t N, std::size_t T, std::size_t C, std::size_t OC) {
+    matmul_forward(pre, in, w, bias, N, T, C, OC, OC);
+    gelu_forward(out, pre, N * OC);
+  }
+  // The backward of the MLP's second product, out[N,OC] = gelu(pre)[N,C]·w[OC,C]ᵀ + bias: dpre[N,C] =
+  // (dout·w)·gelu'(pre); dw, dbias as matmul_backward with in = gelu(pre) (matmul_gelu_forward's out). Here
+  // matmul_backward writing its din into dpre, then gelu_backward in place; a backend may fuse them, taking
+  // gelu' times dout·w before it is rounded.
+  virtual void gelu_matmul_backward(void* dpre, void* dw, void* dbias, const void* dout, const void* in,
+                                    const void* w, const void* pre, std::size_t N, std::size_t T, std::size_t C,
+                                    std::size_t OC) {
+    matmul_backward(dpre, dw, dbias, dout, in, w, N, T, C, OC, OC);
+    gelu_backward(dpre, pre, dpre, N * C);
+  }
+  // Whether the two above are one operation here (GELU in the product's epilogue) rather than the composition.
+  virtual bool fuses_matmul_gelu() const { return false; }
 
   // out[n] += a[n], both in `dtype` (activations: the residual branch's backward; gradients: folding a term in).
   virtual void accumulate(void* out, const void* a, std::size_t n, DType dtype) = 0;

@@ -29,8 +29,17 @@ enum class GemmOperand : std::uint8_t {
   q, k, v, y, dy, dq, dk, dv,           // attention, per head [T,hs]: q, k, v, output y and the gradients
   scores, probs, dprobs, dscores,       // attention, per head [T,T]
   bias, ones,                           // the unfused bias epilogue: the bias [m], and n ones
+  pre,                                  // an activation epilogue's pre-activation: D's shape and ld (below)
 };
 std::string_view operand_name(GemmOperand operand);  // "weight", "dscores", ...
+
+// An activation in the epilogue, on x = alpha·op(A)·op(B) + beta·C (+ bias) in fp32 before D is stored:
+//   gelu   D = gelu(x) (tanh approximation), and x stored, rounded to BF16, into `pre` (CUBLASLT_EPILOGUE_GELU_AUX,
+//          _GELU_AUX_BIAS with the bias);
+//   dgelu  D = x·gelu'(pre), pre read: the gradient through the GELU whose input pre was (CUBLASLT_EPILOGUE_DGELU).
+// pre is BF16 with D's shape and leading dimension, found by GemmOperand::pre among the runner's tensors.
+enum class GemmActivation : std::uint8_t { none, gelu, dgelu };
+std::string_view activation_name(GemmActivation activation);  // "none", "gelu", "dgelu"
 
 struct GemmPlan {
   GemmOperand a, b, c;  // the tensors passed as A, as B, and as C and D (C read only where beta ≠ 0)
@@ -41,6 +50,7 @@ struct GemmPlan {
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements; set on every attention plan, 0 on matmul
   float alpha = 1.0f, beta = 0.0f;
   bool bias_epilogue = false;  // CUBLASLT_EPILOGUE_BIAS: D(i,j) += bias[i], a vector of m (= OC) elements
+  GemmActivation activation = GemmActivation::none;
 
   auto operator<=>(const GemmPlan&) const = default;  // a key: the cuda backend caches cuBLASLt's choice per plan
 };
@@ -51,11 +61,13 @@ struct GemmPlan {
 // out and dout have rows of ld_out ≥ OC elements (the LM head's padded logits; OC elsewhere): their ld is ld_out.
 
 // out[N,OC] = in[N,C]·weight[OC,C]ᵀ (+ bias[OC] by the epilogue): A = weight (T), B = in (N), m = OC, n = N,
-// k = C, lda = C, ldb = C, ldc = ld_out, beta 0.
-GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out, bool bias);
+// k = C, lda = C, ldb = C, ldc = ld_out, beta 0. With GemmActivation::gelu, out = gelu(that) and pre = that.
+GemmPlan matmul_forward_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out, bool bias,
+                             GemmActivation activation = GemmActivation::none);
 // din[N,C] = dout[N,OC]·weight[OC,C]: A = weight (N), B = dout (N), m = C, n = N, k = OC, lda = C, ldb = ld_out,
-// ldc = C, beta 0 (the contract writes din).
-GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out);
+// ldc = C, beta 0 (the contract writes din). With GemmActivation::dgelu, din = that·gelu'(pre[N,C]).
+GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out,
+                                    GemmActivation activation = GemmActivation::none);
 // dweight[OC,C] += dout[N,OC]ᵀ·in[N,C]: A = in (N), B = dout (T), m = C, n = OC, k = N, lda = C, ldb = ld_out,
 // ldc = C, beta 1. The bias gradient is not a GEMM here: BGRADB would overwrite dbias, the contract adds to it.
 GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out);
@@ -94,14 +106,19 @@ UnfusedBias unfused_bias_plans(const GemmPlan& plan);
 // ragged dimension (above 8) split into its largest multiple of 8 and the remainder (1 to 7), the operands' pointers
 // advanced by the offsets below (elements). Splitting m or n splits D into disjoint blocks, each with the plan's
 // own sums. Splitting k runs the remainder first, with the plan's beta and bias, then the multiple of 8 with beta 1
-// onto it: where D is BF16 that stores the partial sum once more (one rounding of the remainder's few terms).
+// onto it: where D is BF16 that stores the partial sum once more (one rounding of the remainder's few terms). An
+// activation needs the whole sum, so a plan with one is never split along k (gemm_activation_fusable).
 struct GemmPart {
   GemmPlan plan;
   std::int64_t offset_a = 0, offset_b = 0, offset_c = 0, offset_bias = 0;
 };
 inline constexpr std::int64_t kGemmAlignedMultiple = 8;
-// The plan's parts in the order to run them: the plan itself alone where no dimension is ragged.
+// The plan's parts in the order to run them: the plan itself alone where no dimension is ragged. Each part's pre
+// (an activation's) is at its offset_c: it has D's layout.
 std::vector<GemmPart> gemm_aligned_parts(const GemmPlan& plan);
+// Whether an activation epilogue can run on the plan: its parts keep k whole (k a multiple of 8, or below 8), and
+// ldc, pre's leading dimension too, is a multiple of 8 (cuBLASLt's rule for the GELU input matrix).
+bool gemm_activation_fusable(const GemmPlan& plan);
 
 // ---- causal attention in row blocks: the causal mask leaves query i the keys 0..i, so of each head's T×T
 // products only what lies on or below the diagonal matters. The attention plan in blocks of `block` rows of D
@@ -119,7 +136,7 @@ inline std::size_t attention_causal_block(std::size_t T) { return (T + 7) / 8; }
 
 // What makes the plan an invalid GEMM call (empty when valid): a dimension or batch below 1, lda below the rows of
 // A as stored (m for N, k for T), ldb below the rows of B as stored (k for N, n for T), ldc below m, a negative
-// stride, or batch members of D that overlap (stride_c < ldc·n).
+// stride, batch members of D that overlap (stride_c < ldc·n), an activation on a batched plan, or dgelu with a bias.
 std::string gemm_plan_problem(const GemmPlan& plan);
 
 // Whether every ld and stride, in bytes (elements × element_bytes), is a multiple of alignment_bytes, so that each

@@ -91,7 +91,7 @@ class Gpt {
   float* losses_;                    // [N]
   void* head_grad_;                  // [V,C] gradient dtype: the LM head's term of wte's gradient until folded in
   // Backward scratch: the residual stream's gradient and one buffer per branch activation.
-  void *d_stream_, *d_ln_, *d_qkv_, *d_atty_, *d_fch_, *d_fch_gelu_;
+  void *d_stream_, *d_ln_, *d_qkv_, *d_atty_, *d_fch_;
   std::vector<std::int32_t> host_tokens_;  // [2N] inputs then targets, staged for one upload
 };
 

@@ -42,6 +42,8 @@ enum class TimedOp : int {
   attention_backward,
   gelu_forward,
   gelu_backward,
+  matmul_gelu_forward,
+  gelu_matmul_backward,
   accumulate,
   softmax_cross_entropy,
   cast,

@@ -228,6 +228,28 @@ class Bf16Backend final : public Backend {
     device_->copy(copy, bias, OC * sizeof(bf16));
     return copy;
   }
+  // GELU in the product's epilogue where the GEMM runner has a kernel with it for the shape (cuBLASLt's
+  // GELU_AUX_BIAS and DGELU; gemm_activation_fusable), else the composition.
+  bool fuses_matmul_gelu() const override { return true; }
+  void matmul_gelu_forward(void* out, void* pre, const void* in, const void* w, const void* bias, std::size_t N,
+                           std::size_t T, std::size_t C, std::size_t OC) override {
+    using R = GemmOperand;
+    const GemmPlan plan = matmul_forward_plan(N, C, OC, OC, bias != nullptr, GemmActivation::gelu);
+    if (gemm_activation_fusable(plan) &&
+        gemm_->try_run_with_activation(plan, {{R::weight, w}, {R::in, in}, {R::out, out}, {R::pre, pre}},
+                                       aligned_bias(bias, OC)))
+      return;
+    Backend::matmul_gelu_forward(out, pre, in, w, bias, N, T, C, OC);
+  }
+  void gelu_matmul_backward(void* dpre, void* dw, void* dbias, const void* dout, const void* in, const void* w,
+                            const void* pre, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
+    using R = GemmOperand;
+    const GemmPlan plan = matmul_backward_input_plan(N, C, OC, OC, GemmActivation::dgelu);
+    if (!gemm_activation_fusable(plan) ||
+        !gemm_->try_run_with_activation(plan, {{R::weight, w}, {R::dout, dout}, {R::din, dpre}, {R::pre, pre}}))
+      return Backend::gelu_matmul_backward(dpre, dw, dbias, dout, in, w, pre, N, T, C, OC);
+    matmul_backward(nullptr, dw, dbias, dout, in, w, N, T, C, OC, OC);  // the parameter gradients
+  }
   void matmul_backward(void* din, void* dw, void* dbias, const void* dout, const void* in, const void* w,
                        std::size_t N, std::size_t, std::size_t C, std::size_t OC, std::size_t ld_out) override {
     using R = GemmOperand;

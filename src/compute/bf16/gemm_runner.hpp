@@ -26,18 +26,41 @@ class GemmRunner {
   virtual ~GemmRunner() = default;
   // D = plan.alpha·op(A)·op(B) + plan.beta·D (+ bias[m] over the columns where plan.bias_epilogue). A and B are
   // BF16; D (and the C it accumulates) is BF16 or fp32 (d_type); bias BF16 (given iff the plan adds one),
-  // kBiasAlignment-aligned. Runs the plan's aligned parts (gemm_aligned_parts) one after another.
+  // kBiasAlignment-aligned. Runs the plan's aligned parts (gemm_aligned_parts) one after another. For plans without
+  // an activation (std::logic_error otherwise).
   void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type, const void* bias = nullptr);
   // Parts of one plan (causal_row_blocks), each run as its aligned parts, its offsets added to theirs.
   void run(const std::vector<GemmPart>& parts, std::initializer_list<GemmTensor> tensors, DType d_type,
            const void* bias = nullptr);
+  // A plan with an activation epilogue (gemm_plan.hpp: GemmActivation; gemm_activation_fusable), D BF16, `pre`
+  // among the tensors: true once run; false, having run nothing, where the library has no kernel with the
+  // activation for one of its parts (the caller then computes the product and the activation apart).
+  [[nodiscard]] bool try_run_with_activation(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors,
+                                             const void* bias = nullptr);
   // Whether a product's bits are the same whatever its operands' row lengths (ld) and alignment.
   virtual bool row_length_invariant() const = 0;
 
  protected:
-  // One part, its operands' pointers already advanced to it: A and B BF16, D of d_type, bias BF16 or null.
-  virtual void run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d_type,
-                        const void* bias) = 0;
+  // One part, its operands' pointers already advanced to it: A and B BF16, D of d_type, bias BF16 or null, pre
+  // BF16 where the plan has an activation (else null).
+  virtual void run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d_type, const void* bias,
+                        const void* pre) = 0;
+  // Whether run_part has a kernel for this part with its activation (asked of such parts only, before any runs).
+  virtual bool has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* D,
+                                     const void* bias, const void* pre) {
+    return true;
+  }
+
+ private:
+  // A part of the plan as its operands' addresses.
+  struct Call {
+    GemmPlan plan;
+    const void *A, *B;
+    void* D;
+    const void *bias, *pre;
+  };
+  static std::vector<Call> calls(const std::vector<GemmPart>& parts, std::initializer_list<GemmTensor> tensors,
+                                 DType d_type, const void* bias);
 };
 
 // The tensor given for `role` (std::logic_error naming the role where none was).

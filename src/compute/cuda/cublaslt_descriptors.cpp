@@ -26,6 +26,18 @@ cublasLtMatrixLayout_t matrix_layout(cudaDataType_t type, std::int64_t rows, std
 
 cublasOperation_t op(GemmOp o) { return o == GemmOp::T ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+cublasLtEpilogue_t epilogue_of(const GemmPlan& plan) {
+  switch (plan.activation) {
+    case GemmActivation::none:
+      return plan.bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmActivation::gelu:
+      return plan.bias_epilogue ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmActivation::dgelu:
+      return CUBLASLT_EPILOGUE_DGELU;  // no bias (gemm_plan_problem)
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 }  // namespace
 
 CublasLtDescriptors::CublasLtDescriptors(const GemmPlan& plan, cudaDataType_t d_type) {
@@ -37,12 +49,20 @@ CublasLtDescriptors::CublasLtDescriptors(const GemmPlan& plan, cudaDataType_t d_
     const cublasOperation_t transa = op(plan.transa), transb = op(plan.transb);
     DP_CUDA(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
     DP_CUDA(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb));
+    const cublasLtEpilogue_t epilogue = epilogue_of(plan);
+    DP_CUDA(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
     if (plan.bias_epilogue) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       const cudaDataType_t bias_type = CUDA_R_16BF;
-      DP_CUDA(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
       DP_CUDA(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                              sizeof bias_type));
+    }
+    if (plan.activation != GemmActivation::none) {  // pre: BF16, D's leading dimension
+      const std::int64_t pre_ld = plan.ldc;
+      const std::int32_t pre_type = CUDA_R_16BF;
+      DP_CUDA(
+          cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &pre_ld, sizeof pre_ld));
+      DP_CUDA(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &pre_type,
+                                             sizeof pre_type));
     }
     // Column-major op(A) is m×k, op(B) k×n: A is stored k×m when transposed, B n×k.
     const bool ta = plan.transa == GemmOp::T, tb = plan.transb == GemmOp::T;

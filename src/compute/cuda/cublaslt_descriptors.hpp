@@ -1,7 +1,8 @@
 // The cuBLASLt descriptors of one GEMM plan (compute/gemm_plan.hpp): the operation (fp32 compute and scale, the
-// transposes, the bias epilogue on a BF16 vector) and the layouts of A and B (BF16) and of C = D (BF16 or fp32),
-// strided-batched where the plan is. Creating them needs no GPU, so a CPU test asks cuBLASLt itself whether it
-// takes every plan of the model and reads back what it was told (tests/compute/cublaslt_descriptors_test.cpp).
+// transposes, the epilogue: a bias on a BF16 vector, GELU or its gradient with a BF16 pre of D's ld) and the layouts
+// of A and B (BF16) and of C = D (BF16 or fp32), strided-batched where the plan is. Creating them needs no GPU, so a
+// CPU test asks cuBLASLt itself whether it takes every plan of the model and reads back what it was told
+// (tests/compute/cublaslt_descriptors_test.cpp).
 #pragma once
 #include <cublasLt.h>
 

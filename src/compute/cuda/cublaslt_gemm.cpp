@@ -32,9 +32,21 @@ unsigned alignment_of(const void* p, std::int64_t ld, std::int64_t stride, std::
 std::string describe(const GemmPlan& plan, cudaDataType_t d_type, unsigned align_a, unsigned align_b,
                      unsigned align_d) {
   return fmt::format(
-      "m {} n {} k {} (op {}{}, lda {} ldb {} ldc {}, batch {}, D {}, bias {}, alignments {}/{}/{} bytes)", plan.m,
-      plan.n, plan.k, plan.transa == GemmOp::T ? 'T' : 'N', plan.transb == GemmOp::T ? 'T' : 'N', plan.lda, plan.ldb,
-      plan.ldc, plan.batch, d_type == CUDA_R_32F ? "fp32" : "bf16", plan.bias_epilogue, align_a, align_b, align_d);
+      "m {} n {} k {} (op {}{}, lda {} ldb {} ldc {}, batch {}, D {}, bias {}, activation {}, alignments {}/{}/{} "
+      "bytes)",
+      plan.m, plan.n, plan.k, plan.transa == GemmOp::T ? 'T' : 'N', plan.transb == GemmOp::T ? 'T' : 'N', plan.lda,
+      plan.ldb, plan.ldc, plan.batch, d_type == CUDA_R_32F ? "fp32" : "bf16", plan.bias_epilogue,
+      activation_name(plan.activation), align_a, align_b, align_d);
+}
+
+// The pointers the heuristic reads alignments from, and a call uses: the bias and the activation's pre.
+void set_epilogue_pointers(const CublasLtDescriptors& described, const void* bias, const void* pre) {
+  if (bias)
+    DP_CUDA(
+        cublasLtMatmulDescSetAttribute(described.operation(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  if (pre)
+    DP_CUDA(cublasLtMatmulDescSetAttribute(described.operation(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
+                                           sizeof pre));
 }
 
 }  // namespace
@@ -49,15 +61,25 @@ CublasLtGemm::~CublasLtGemm() {
   cublasLtDestroy(handle_);
 }
 
-const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* bias) {
+CublasLtGemm::Key CublasLtGemm::key_of(const GemmPlan& plan, const void* A, const void* B, const void* D, DType d,
+                                       const void* bias, const void* pre) {
+  return {plan,
+          int(d == DType::f32 ? CUDA_R_32F : CUDA_R_16BF),
+          alignment_of(A, plan.lda, plan.stride_a, 2),
+          alignment_of(B, plan.ldb, plan.stride_b, 2),
+          alignment_of(D, plan.ldc, plan.stride_c, element_size(d)),
+          bias ? alignment_of(bias, 0, 0, 2) : 0,
+          pre ? alignment_of(pre, plan.ldc, 0, 2) : 0};
+}
+
+const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* bias, const void* pre) {
   if (auto found = prepared_.find(key); found != prepared_.end()) return found->second ? &*found->second : nullptr;
-  const auto& [plan, d_type_int, align_a, align_b, align_d, align_bias] = key;
+  const auto& [plan, d_type_int, align_a, align_b, align_d, align_bias, align_pre] = key;
   const auto d_type = cudaDataType_t(d_type_int);
   Prepared p{CublasLtDescriptors(plan, d_type)};
-  // The heuristic reads the bias pointer's alignment from its value: give it one (always kBiasAlignment-aligned).
-  if (bias)
-    DP_CUDA(cublasLtMatmulDescSetAttribute(p.descriptors.operation(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                           sizeof bias));
+  // The heuristic reads the bias's and pre's alignments from their pointers' values: give it them (the bias always
+  // kBiasAlignment-aligned, pre's alignment in the key).
+  set_epilogue_pointers(p.descriptors, bias, pre);
 
   cublasLtMatmulPreference_t preference = nullptr;
   DP_CUDA(cublasLtMatmulPreferenceCreate(&preference));
@@ -100,26 +122,28 @@ const void* CublasLtGemm::ones(std::size_t count) {
   return ones_.data();
 }
 
-void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d, const void* bias) {
-  const cudaDataType_t d_type = d == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
-  const unsigned align_a = alignment_of(A, plan.lda, plan.stride_a, 2),
-                 align_b = alignment_of(B, plan.ldb, plan.stride_b, 2),
-                 align_d = alignment_of(D, plan.ldc, plan.stride_c, element_size(d));
-  const unsigned align_bias = bias ? alignment_of(bias, 0, 0, 2) : 0;
-  const Prepared* prepared = prepare({plan, int(d_type), align_a, align_b, align_d, align_bias}, bias);
-  if (prepared == nullptr && plan.bias_epilogue) {
+bool CublasLtGemm::has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* D,
+                                         const void* bias, const void* pre) {
+  return prepare(key_of(plan, A, B, D, DType::bf16, bias, pre), bias, pre) != nullptr;
+}
+
+void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d, const void* bias,
+                            const void* pre) {
+  const Key key = key_of(plan, A, B, D, d, bias, pre);
+  const auto d_type = cudaDataType_t(std::get<1>(key));
+  const unsigned align_a = std::get<2>(key), align_b = std::get<3>(key), align_d = std::get<4>(key);
+  const Prepared* prepared = prepare(key, bias, pre);
+  if (prepared == nullptr && plan.bias_epilogue && plan.activation == GemmActivation::none) {
     const UnfusedBias unfused = unfused_bias_plans(plan);
-    run_part(unfused.broadcast, bias, ones(std::size_t(plan.n)), D, d, nullptr);
-    return run_part(unfused.product, A, B, D, d, nullptr);
+    run_part(unfused.broadcast, bias, ones(std::size_t(plan.n)), D, d, nullptr, nullptr);
+    return run_part(unfused.product, A, B, D, d, nullptr, nullptr);
   }
   if (prepared == nullptr)
     throw std::runtime_error(
         fmt::format("cuBLASLt has no algorithm for {}", describe(plan, d_type, align_a, align_b, align_d)));
   const Prepared& p = *prepared;
   const CublasLtDescriptors& described = p.descriptors;
-  if (bias)
-    DP_CUDA(cublasLtMatmulDescSetAttribute(described.operation(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                           sizeof bias));
+  set_epilogue_pointers(described, bias, pre);
   const float alpha = plan.alpha, beta = plan.beta;
   const cublasStatus_t status =
       cublasLtMatmul(handle_, described.operation(), &alpha, A, described.a(), B, described.b(), &beta, D,

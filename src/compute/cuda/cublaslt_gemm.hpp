@@ -4,8 +4,9 @@
 // its aligned parts where m, n or k is not a multiple of 8 (GemmRunner::run splits it). The
 // heuristic's choice is cached per (plan, D type, epilogue, pointer alignments): the query costs tens of µs and
 // runs once per shape. Where it has no algorithm with the bias epilogue, the bias is added unfused
-// (unfused_bias_plans: a broadcast, then the product onto it; the same arithmetic). One 32 MiB workspace (Hopper's
-// recommendation).
+// (unfused_bias_plans: a broadcast, then the product onto it; the same arithmetic); where it has none with an
+// activation (GELU, its gradient), has_activation_kernel says so and the backend computes the activation apart.
+// One 32 MiB workspace (Hopper's recommendation).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -35,16 +36,23 @@ class CublasLtGemm final : public GemmRunner {
 
  private:
   // On the stream given at construction.
-  void run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d_type, const void* bias) override;
+  void run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d_type, const void* bias,
+                const void* pre) override;
+  bool has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* D, const void* bias,
+                             const void* pre) override;
 
   struct Prepared {
     CublasLtDescriptors descriptors;
     cublasLtMatmulAlgo_t algorithm{};
   };
-  // The plan, D's type, and the alignments of A, B, D and the bias (an aligned part's bias may be 16-byte aligned).
-  using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned, unsigned>;
+  // The plan, D's type, and the alignments of A, B, D, the bias and pre (an aligned part's bias and pre may be
+  // 16-byte aligned).
+  using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned, unsigned, unsigned>;
+  // The key of a call.
+  static Key key_of(const GemmPlan& plan, const void* A, const void* B, const void* D, DType d_type, const void* bias,
+                    const void* pre);
   // The cached choice for the key; null where the heuristic has none (also cached).
-  const Prepared* prepare(const Key& key, const void* bias);
+  const Prepared* prepare(const Key& key, const void* bias, const void* pre);
   // `count` BF16 ones on the device (the unfused bias's broadcast), grown on first need.
   const void* ones(std::size_t count);
 
