@@ -136,6 +136,7 @@ if batch:
     if end:
         summary["memory"] = end.get("memory")
         summary["attention"] = end.get("attention")
+        summary["matmul_epilogues"] = end.get("matmul_epilogues")
     tokens, mfu, end = training_run(os.path.join(out, "train-gemm.jsonl"))
     if tokens:
         summary["gemm_attention"] = {"tokens_per_s": tokens, "mfu": mfu, "memory": end and end.get("memory")}

@@ -99,6 +99,7 @@ std::string_view operand_name(GemmOperand operand) {
     case O::bias: return "bias";
     case O::ones: return "ones";
     case O::pre: return "pre";
+    case O::residual: return "residual";
   }
   return "?";
 }
@@ -139,6 +140,13 @@ GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t O
                          ld_out);
 }
 
+GemmPlan with_residual(GemmPlan plan) {
+  DP_ASSERT(plan.beta == 0.0f && !plan.residual);
+  plan.residual = true;
+  plan.beta = 1.0f;
+  return plan;
+}
+
 GemmPlan attention_scores_plan(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
   const Heads h = heads(B, T, C, NH);  // scores[T,T] = scale·q[T,hs]·k[T,hs]ᵀ
   return batched(row_major_product(O::scores, {O::q, kN}, {O::k, kT}, h.T, h.T, h.hs, h.scale, 0.0f), h.count);
@@ -170,7 +178,8 @@ GemmPlan attention_dk_plan(std::size_t B, std::size_t T, std::size_t C, std::siz
 }
 
 UnfusedBias unfused_bias_plans(const GemmPlan& plan) {
-  DP_ASSERT(plan.bias_epilogue && plan.beta == 0.0f && plan.batch == 1 && plan.activation == GemmActivation::none);
+  DP_ASSERT(plan.bias_epilogue && (plan.beta == 0.0f || plan.residual) && plan.batch == 1 &&
+            plan.activation == GemmActivation::none);
   GemmPlan broadcast{.a = O::bias, .b = O::ones, .c = plan.c};
   broadcast.m = plan.m;
   broadcast.n = plan.n;
@@ -178,8 +187,11 @@ UnfusedBias unfused_bias_plans(const GemmPlan& plan) {
   broadcast.lda = plan.m;
   broadcast.ldb = 1;
   broadcast.ldc = plan.ldc;
+  broadcast.beta = plan.beta;  // on the residual, where there is one
+  broadcast.residual = plan.residual;
   GemmPlan product = plan;
   product.bias_epilogue = false;
+  product.residual = false;
   product.beta = 1.0f;
   return {broadcast, product};
 }
@@ -224,8 +236,9 @@ std::vector<GemmPart> split(const GemmPart& part, Dimension dimension) {
   DP_ASSERT(dimension != Dimension::k || p.activation == GemmActivation::none);  // gemm_activation_fusable
   GemmPart head = restricted(part, dimension, 0, aligned), tail = restricted(part, dimension, aligned, size);
   if (dimension != Dimension::k) return {head, tail};
-  head.plan.beta = 1.0f;  // onto the remainder's result, whose β and bias were the plan's
+  head.plan.beta = 1.0f;  // onto the remainder's result, whose β, residual and bias were the plan's
   head.plan.bias_epilogue = false;
+  head.plan.residual = false;
   return {tail, head};
 }
 

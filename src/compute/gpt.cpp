@@ -130,12 +130,10 @@ void Gpt::forward(const std::int32_t* windows, std::size_t n, const WeightAccess
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w(p.ln1_w), w(p.ln1_b), N, C);
     be.matmul_forward(a.qkv, a.ln1, w(p.qkv_w), w(p.qkv_b), N, T, C, 3 * C, 3 * C);
     be.attention_forward(a.atty, a.att_saved, a.qkv, n, T, C, NH);
-    be.matmul_forward(a.res2, a.atty, w(p.attn_proj_w), w(p.attn_proj_b), N, T, C, C, C);
-    be.accumulate(a.res2, x, N * C, be.activation_dtype());
+    be.matmul_residual_forward(a.res2, x, a.atty, w(p.attn_proj_w), w(p.attn_proj_b), N, T, C, C);
     be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w(p.ln2_w), w(p.ln2_b), N, C);
     be.matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, w(p.fc_w), w(p.fc_b), N, T, C, 4 * C);
-    be.matmul_forward(a.out, a.fch_gelu, w(p.fc_proj_w), w(p.fc_proj_b), N, T, 4 * C, C, C);
-    be.accumulate(a.out, a.res2, N * C, be.activation_dtype());
+    be.matmul_residual_forward(a.out, a.res2, a.fch_gelu, w(p.fc_proj_w), w(p.fc_proj_b), N, T, 4 * C, C);
     weights.release(r);
     x = a.out;
   }

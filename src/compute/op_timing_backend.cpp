@@ -24,6 +24,7 @@ const char* timed_op_name(TimedOp op) {
                                                                                  "gelu_backward",
                                                                                  "matmul_gelu_forward",
                                                                                  "gelu_matmul_backward",
+                                                                                 "matmul_residual_forward",
                                                                                  "accumulate",
                                                                                  "softmax_cross_entropy",
                                                                                  "cast",
@@ -186,21 +187,30 @@ class OpTimingBackend final : public Backend {
     timed(TimedOp::gelu_backward, 0, [&] { inner_->gelu_backward(din, in, dout, n); });
   }
   // Where the inner backend fuses them, one op each; else the composition, its parts timed as their own ops.
-  bool fuses_matmul_gelu() const override { return inner_->fuses_matmul_gelu(); }
+  bool fuses_matmul_epilogues() const override { return inner_->fuses_matmul_epilogues(); }
+  std::string matmul_epilogues() const override { return inner_->matmul_epilogues(); }
   void matmul_gelu_forward(void* out, void* pre, const void* in, const void* w, const void* bias, std::size_t N,
                            std::size_t T, std::size_t C, std::size_t OC) override {
-    if (!inner_->fuses_matmul_gelu()) return Backend::matmul_gelu_forward(out, pre, in, w, bias, N, T, C, OC);
+    if (!inner_->fuses_matmul_epilogues()) return Backend::matmul_gelu_forward(out, pre, in, w, bias, N, T, C, OC);
     timed(
         TimedOp::matmul_gelu_forward, matmul_forward_flops(N, C, OC),
         [&] { inner_->matmul_gelu_forward(out, pre, in, w, bias, N, T, C, OC); }, gemm_shape(N, C, OC));
   }
   void gelu_matmul_backward(void* dpre, void* dw, void* dbias, const void* dout, const void* in, const void* w,
                             const void* pre, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
-    if (!inner_->fuses_matmul_gelu())
+    if (!inner_->fuses_matmul_epilogues())
       return Backend::gelu_matmul_backward(dpre, dw, dbias, dout, in, w, pre, N, T, C, OC);
     timed(
         TimedOp::gelu_matmul_backward, matmul_backward_flops(N, C, OC, true),
         [&] { inner_->gelu_matmul_backward(dpre, dw, dbias, dout, in, w, pre, N, T, C, OC); }, gemm_shape(N, C, OC));
+  }
+  void matmul_residual_forward(void* out, const void* residual, const void* in, const void* w, const void* bias,
+                               std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
+    if (!inner_->fuses_matmul_epilogues())
+      return Backend::matmul_residual_forward(out, residual, in, w, bias, N, T, C, OC);
+    timed(
+        TimedOp::matmul_residual_forward, matmul_forward_flops(N, C, OC),
+        [&] { inner_->matmul_residual_forward(out, residual, in, w, bias, N, T, C, OC); }, gemm_shape(N, C, OC));
   }
   void accumulate(void* out, const void* a, std::size_t n, DType dtype) override {
     timed(TimedOp::accumulate, 0, [&] { inner_->accumulate(out, a, n, dtype); });

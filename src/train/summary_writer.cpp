@@ -102,6 +102,7 @@ RunSummary run_summary(const SummaryInputs& in) {
       {"overlap_choice", in.overlap_choice},
       {"cpu_gemm", in.cpu_gemm},
       {"attention", in.attention},
+      {"matmul_epilogues", in.matmul_epilogues},
       {"host_cpu", {{"model", in.host_cpu.model}, {"vector_extensions", in.host_cpu.vector_extensions}}},
       {"grad_accum", o.grad_accum},
       {"bucket_mb", o.bucket_mb},

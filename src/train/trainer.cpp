@@ -386,6 +386,7 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std:
                    .overlap_choice = overlap_choice_.summary(),
                    .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary() : nlohmann::json(),
                    .attention = backend_->attention_name(),
+                   .matmul_epilogues = backend_->matmul_epilogues(),
                    .host_cpu = host_cpu_});
   for (const std::string& line : summary.lines) say(line);
   if (op_times_) {  // rank 0's own operations

@@ -121,6 +121,9 @@ std::vector<GemmPlan> model_plans(const Shape& s) {
   plans.push_back(matmul_forward_plan(N, s.C, 4 * s.C, 4 * s.C, true, GemmActivation::gelu));
   plans.push_back(matmul_forward_plan(N, s.C, 4 * s.C, 4 * s.C, false, GemmActivation::gelu));
   plans.push_back(matmul_backward_input_plan(N, 4 * s.C, s.C, s.C, GemmActivation::dgelu));
+  // The projections onto the residual stream, which is their C (of D's layout: the same descriptor).
+  plans.push_back(with_residual(matmul_forward_plan(N, s.C, s.C, s.C, true)));
+  plans.push_back(with_residual(matmul_forward_plan(N, 4 * s.C, s.C, s.C, true)));
   for (auto attention : {attention_scores_plan, attention_output_plan, attention_dprobs_plan, attention_dv_plan,
                          attention_dq_plan, attention_dk_plan})
     plans.push_back(attention(s.B, s.T, s.C, s.NH));

@@ -47,8 +47,8 @@ std::int64_t extent(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::
   return (batch - 1) * stride + (cols - 1) * ld + rows;
 }
 
-// Runs the plan as cuBLASLt would, one batch member at a time; the bias epilogue as a loop afterwards
-// (D(i,j) += bias[i]).
+// Runs the plan as cuBLASLt would, one batch member at a time: a residual (C where it is not D) copied into D's
+// m×n elements first, the bias epilogue as a loop afterwards (D(i,j) += bias[i]).
 void replay(const GemmPlan& p, Tensors& tensors, const std::vector<float>* bias = nullptr) {
   ASSERT_TRUE(gemm_plan_problem(p).empty()) << gemm_plan_problem(p);
   ASSERT_EQ(p.bias_epilogue, bias != nullptr);
@@ -65,6 +65,12 @@ void replay(const GemmPlan& p, Tensors& tensors, const std::vector<float>* bias 
   ASSERT_LE(extent(p.m, p.n, p.ldc, p.batch, p.stride_c), std::int64_t(c.size()));
   for (std::int64_t i = 0; i < p.batch; ++i) {
     float* d = c.data() + i * p.stride_c;
+    if (p.residual) {
+      const std::vector<float>& residual = tensors.at(O::residual);
+      ASSERT_LE(extent(p.m, p.n, p.ldc, p.batch, p.stride_c), std::int64_t(residual.size()));
+      for (std::int64_t col = 0; col < p.n; ++col)
+        std::copy_n(residual.data() + i * p.stride_c + col * p.ldc, p.m, d + col * p.ldc);
+    }
     cblas_sgemm(CblasColMajor, a_n ? CblasNoTrans : CblasTrans, b_n ? CblasNoTrans : CblasTrans, narrow(p.m),
                 narrow(p.n), narrow(p.k), p.alpha, a.data() + i * p.stride_a, narrow(p.lda),
                 b.data() + i * p.stride_b, narrow(p.ldb), p.beta, d, narrow(p.ldc));
@@ -87,6 +93,7 @@ void replay_parts(const std::vector<GemmPart>& parts, Tensors& tensors, const st
                          c = part.offset_c + piece.offset_c;
       Tensors shifted{
           {p.a, from(tensors.at(p.a), a)}, {p.b, from(tensors.at(p.b), b)}, {p.c, from(tensors.at(p.c), c)}};
+      if (p.residual) shifted[O::residual] = from(tensors.at(O::residual), c);  // of D's layout
       const std::vector<float> piece_bias =
           bias ? from(*bias, part.offset_bias + piece.offset_bias) : std::vector<float>{};
       replay(piece.plan, shifted, piece.plan.bias_epilogue ? &piece_bias : nullptr);
@@ -127,6 +134,7 @@ void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product
   EXPECT_EQ(p.alpha, alpha);
   EXPECT_EQ(p.beta, beta);
   const std::vector<float> before = t.at(product.output);
+  const std::vector<float>& c_term = p.residual ? t.at(O::residual) : before;  // what beta multiplies
   switch (run.how) {
     case Run::whole:
       replay(p, t, bias);
@@ -173,8 +181,8 @@ void expect_replay_matches(const GemmPlan& p, Tensors& t, const Product& product
           magnitude += std::abs(term);
         }
         if (beta != 0.0f) {
-          sum += double(beta) * before[at];
-          magnitude += std::abs(double(beta) * before[at]);
+          sum += double(beta) * c_term[at];
+          magnitude += std::abs(double(beta) * c_term[at]);
         }
         if (bias) {
           sum += (*bias)[c];
@@ -210,7 +218,8 @@ struct MatmulShape {
       for (std::size_t c = 0; c < OC; ++c) dout[r * ld_out + c] = random_floats(1, rng)[0];
     return {{O::in, random_floats(N * C, rng)}, {O::weight, random_floats(OC * C, rng)},
             {O::dout, std::move(dout)},         {O::out, std::vector<float>(N * ld_out, kUnwritten)},
-            {O::din, std::vector<float>(N * C, kUnwritten)}, {O::dweight, random_floats(OC * C, rng)}};
+            {O::din, std::vector<float>(N * C, kUnwritten)}, {O::dweight, random_floats(OC * C, rng)},
+            {O::residual, random_floats(N * ld_out, rng)}};
   }
   std::string describe() const {
     return "N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
@@ -277,6 +286,9 @@ GemmPlan matmul_forward_with_bias(std::size_t N, std::size_t C, std::size_t OC, 
 GemmPlan matmul_forward_without_bias(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
   return matmul_forward_plan(N, C, OC, ld_out, false);
 }
+GemmPlan matmul_forward_onto_residual(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
+  return with_residual(matmul_forward_plan(N, C, OC, ld_out, true));
+}
 GemmPlan matmul_backward_input(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out) {
   return matmul_backward_input_plan(N, C, OC, ld_out);
 }
@@ -288,6 +300,8 @@ const ReplayCase kReplayCases[] = {
      {O::out, O::in, false, O::weight, true}, false, 0.0f, false},
     {"OutEqualsInTimesWeightTransposedPlusBias", matmul_forward_with_bias, nullptr,
      {O::out, O::in, false, O::weight, true}, false, 0.0f, true},
+    {"OutEqualsResidualPlusInTimesWeightTransposedPlusBias", matmul_forward_onto_residual, nullptr,
+     {O::out, O::in, false, O::weight, true}, false, 1.0f, true},
     {"DinEqualsDoutTimesWeight", matmul_backward_input, nullptr, {O::din, O::dout, false, O::weight, false},
      false, 0.0f, false},
     {"DweightPlusEqualsDoutTransposedTimesIn", matmul_backward_weight_plan, nullptr,
@@ -362,6 +376,31 @@ TEST(GemmPlan, TheUnfusedBiasIsABroadcastThenTheProductOntoIt) {
       for (std::size_t c = 0; c < s.ld_out; ++c)
         ASSERT_EQ(t[O::out][r * s.ld_out + c], c < s.OC ? bias[c] : kUnwritten) << r << "," << c;
     // beta 1 onto out = bias is the bias term of the reference.
+    expect_replay_matches(unfused.product, t, {O::out, O::in, false, O::weight, true},
+                          [&s](O o) { return s.dims(o); }, 1, 1.0f, 1.0f);
+  }
+}
+
+// With a residual, the broadcast is D = bias + residual (beta 1 on it: an fp32 sum, one rounding), exact here in
+// fp32 but for that one rounding, and the product accumulates onto it without reading the residual again.
+TEST(GemmPlan, TheUnfusedBiasOntoAResidualAddsTheResidualInTheBroadcast) {
+  std::mt19937 rng(4);
+  for (const MatmulShape& s : kMatmulShapes) {
+    SCOPED_TRACE(s.describe());
+    Tensors t = s.random_tensors(rng);
+    const std::vector<float> bias = random_floats(s.OC, rng), residual = t.at(O::residual);
+    t[O::bias] = bias;
+    t[O::ones] = std::vector<float>(s.N, 1.0f);
+    const UnfusedBias unfused =
+        unfused_bias_plans(with_residual(matmul_forward_plan(s.N, s.C, s.OC, s.ld_out, true)));
+    EXPECT_EQ(gemm_plan_problem(unfused.broadcast), "");
+    EXPECT_TRUE(unfused.broadcast.residual);
+    EXPECT_FALSE(unfused.product.residual);
+    replay(unfused.broadcast, t);
+    for (std::size_t r = 0; r < s.N; ++r)
+      for (std::size_t c = 0; c < s.ld_out; ++c)
+        ASSERT_EQ(t[O::out][r * s.ld_out + c], c < s.OC ? bias[c] + residual[r * s.ld_out + c] : kUnwritten)
+            << r << "," << c;
     expect_replay_matches(unfused.product, t, {O::out, O::in, false, O::weight, true},
                           [&s](O o) { return s.dims(o); }, 1, 1.0f, 1.0f);
   }

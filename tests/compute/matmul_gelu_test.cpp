@@ -84,6 +84,11 @@ TEST_P(MatmulGelu, ForwardIsTheTanhGeluOfTheProductAndKeepsTheProduct) {
         }
     }
   }
+  // The shape whose k (13) the aligned parts would split is composed, and said to be.
+  EXPECT_EQ(be->matmul_epilogues().find("gelu forward 7×13→5: k or the row length not a multiple of 8") !=
+                std::string::npos,
+            be->fuses_matmul_epilogues())
+      << be->matmul_epilogues();
 }
 
 // dpre[i,c] = (dout[i]·w)[c]·gelu'(pre[i,c]) with dout[i] = e_(i mod OC) and w's rows all ones: dpre = gelu'(pre),

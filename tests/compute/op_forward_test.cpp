@@ -120,6 +120,31 @@ TEST_P(OpForward, MatmulMatchesDoubleReference) {
   }
 }
 
+// out = residual + in·wᵀ + bias, the residual stream's update (fused into the GEMM on a BF16 backend: the residual
+// is its C); the residual itself left as it was.
+TEST_P(OpForward, MatmulOntoAResidualAddsItToTheProduct) {
+  for (const auto& [N, C, OC] : {std::tuple<std::size_t, std::size_t, std::size_t>{6, 10, 7}, {9, 16, 8}}) {
+    const auto in = representable(act(), uniform(rng, N * C, -1, 1));
+    const auto w = representable(wt(), uniform(rng, OC * C, -1, 1));
+    const auto bias = representable(wt(), uniform(rng, OC, -1, 1));
+    const auto residual = representable(act(), uniform(rng, N * OC, -4, 4));
+    auto d_out = activations(std::vector(N * OC, 123.0f)), d_residual = activations(residual);
+    be->matmul_residual_forward(d_out.data(), d_residual.data(), activations(in).data(), compute_weights(w).data(),
+                                compute_weights(bias).data(), N, 3, C, OC);
+    const auto out = d_out.download();
+    EXPECT_EQ(d_residual.download(), residual);
+    for (std::size_t i = 0; i < N; ++i)
+      for (std::size_t o = 0; o < OC; ++o) {
+        double ref = residual[i * OC + o] + double(bias[o]), mag = std::abs(residual[i * OC + o]) + std::abs(bias[o]);
+        for (std::size_t c = 0; c < C; ++c) {
+          ref += double(in[i * C + c]) * w[o * C + c];
+          mag += std::abs(double(in[i * C + c]) * w[o * C + c]);
+        }
+        EXPECT_NEAR(out[i * OC + o], ref, tol(1e-6) * mag) << i << "," << o << " C " << C;
+      }
+  }
+}
+
 // A model whose width is no multiple of 8 has its biases at any alignment in the flat weights: the product is the
 // same, bit for bit, wherever the bias lies (the GEMM runner takes a bias at 256 bytes: the cuda backend copies it).
 TEST_P(OpForward, MatmulBiasAtAnyAlignmentGivesTheSameBits) {

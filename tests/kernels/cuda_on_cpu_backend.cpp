@@ -51,7 +51,8 @@ std::vector<float> widen(const void* data, std::size_t n, DType dtype) {
   return out;
 }
 
-// Each batch member: A and B widened from BF16 (exactly), D computed by sgemm in fp32 (plus the bias, then the
+// Each batch member: A and B widened from BF16 (exactly), D computed by sgemm in fp32 onto C (D itself, or the
+// residual) (plus the bias, then the
 // activation: GELU with its input stored in pre, or the GELU gradient at pre), then stored in D's type — one
 // rounding where D is BF16, as cuBLASLt's fp32-compute GEMM stores it.
 class BlasGemm final : public GemmRunner {
@@ -62,15 +63,16 @@ class BlasGemm final : public GemmRunner {
   bool row_length_invariant() const override { return true; }
 
  private:
-  void run_part(const GemmPlan& p, const void* a, const void* b, void* d, DType d_type, const void* bias,
-                const void* pre) override {
-    enqueue_([=] { replay(p, a, b, d, d_type, bias, const_cast<void*>(pre)); });
+  void run_part(const GemmPlan& p, const void* a, const void* b, const void* c, void* d, DType d_type,
+                const void* bias, const void* pre) override {
+    enqueue_([=] { replay(p, a, b, c, d, d_type, bias, const_cast<void*>(pre)); });
   }
 
-  static void replay(const GemmPlan& p, const void* a_data, const void* b_data, void* d_data, DType d_type,
-                     const void* bias, void* pre_data) {
+  static void replay(const GemmPlan& p, const void* a_data, const void* b_data, const void* c_data, void* d_data,
+                     DType d_type, const void* bias, void* pre_data) {
     const auto* A = static_cast<const bf16*>(a_data);
     const auto* B = static_cast<const bf16*>(b_data);
+    const auto* C = static_cast<const std::byte*>(c_data);
     auto* D = static_cast<std::byte*>(d_data);
     const bool ta = p.transa == GemmOp::T, tb = p.transb == GemmOp::T;
     const std::size_t a_span = span(ta ? p.k : p.m, ta ? p.m : p.k, p.lda);
@@ -80,7 +82,7 @@ class BlasGemm final : public GemmRunner {
       const std::vector<float> a = widen(A + i * p.stride_a, a_span, DType::bf16);
       const std::vector<float> b = widen(B + i * p.stride_b, b_span, DType::bf16);
       std::byte* d_member = D + std::size_t(i * p.stride_c) * element_size(d_type);
-      std::vector<float> d = widen(d_member, d_span, d_type);
+      std::vector<float> d = widen(C + std::size_t(i * p.stride_c) * element_size(d_type), d_span, d_type);
       cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(p.m), int(p.n),
                   int(p.k), p.alpha, a.data(), int(p.lda), b.data(), int(p.ldb), p.beta, d.data(), int(p.ldc));
       for (std::int64_t col = 0; col < p.n && bias; ++col)

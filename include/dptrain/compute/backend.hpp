@@ -124,7 +124,7 @@ class Backend {
   virtual void gelu_backward(void* din, const void* in, const void* dout, std::size_t n) = 0;
 
   // The MLP's first product and its GELU: pre[N,OC] = in[N,C]·w[OC,C]ᵀ + bias[OC], out[N,OC] = gelu(pre). Here
-  // matmul_forward, then gelu_forward; a backend may fuse them (fuses_matmul_gelu), taking gelu of pre's value
+  // matmul_forward, then gelu_forward; a backend may fuse them (fuses_matmul_epilogues), taking gelu of pre's value
   // before it is rounded to the activation dtype.
   virtual void matmul_gelu_forward(void* out, void* pre, const void* in, const void* w, const void* bias,
                                    std::size_t N, std::size_t T, std::size_t C, std::size_t OC) {
@@ -141,8 +141,18 @@ class Backend {
     matmul_backward(dpre, dw, dbias, dout, in, w, N, T, C, OC, OC);
     gelu_backward(dpre, pre, dpre, N * C);
   }
-  // Whether the two above are one operation here (GELU in the product's epilogue) rather than the composition.
-  virtual bool fuses_matmul_gelu() const { return false; }
+  // A projection onto the residual stream: out[N,OC] = residual[N,OC] + in[N,C]·w[OC,C]ᵀ + bias[OC] (out ≠
+  // residual). Here matmul_forward, then accumulate; a backend may fuse them, rounding the sum once.
+  virtual void matmul_residual_forward(void* out, const void* residual, const void* in, const void* w,
+                                       const void* bias, std::size_t N, std::size_t T, std::size_t C,
+                                       std::size_t OC) {
+    matmul_forward(out, in, w, bias, N, T, C, OC, OC);
+    accumulate(out, residual, N * OC, activation_dtype());
+  }
+  // Whether the three above are one operation here (the GELU or the residual in the product's epilogue) rather
+  // than the composition, and in words what ran so far: "composed", or what was fused and which shapes were not.
+  virtual bool fuses_matmul_epilogues() const { return false; }
+  virtual std::string matmul_epilogues() const { return "composed"; }
 
   // out[n] += a[n], both in `dtype` (activations: the residual branch's backward; gradients: folding a term in).
   virtual void accumulate(void* out, const void* a, std::size_t n, DType dtype) = 0;

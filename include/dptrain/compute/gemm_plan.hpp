@@ -1,8 +1,9 @@
 // GEMM plans: every matrix product of the CUDA backend as one column-major GEMM call, in the terms cuBLASLt and
-// cblas_sgemm(CblasColMajor, …) take it: D(m×n) = alpha·op(A)·op(B) + beta·C, C and D the same array (in place),
-// repeated `batch` times with the pointers advanced by the strides. Pure host code, so that a CPU test can replay
-// every plan with cblas_sgemm against a row-major reference (tests/compute/gemm_plan_test.cpp): layout mistakes are
-// the commonest GEMM bug, and they show up here without a GPU.
+// cblas_sgemm(CblasColMajor, …) take it: D(m×n) = alpha·op(A)·op(B) + beta·C, C and D the same array (in place)
+// but where the plan reads a residual as C, repeated `batch` times with the pointers advanced by the strides. Pure
+// host code, so that a CPU test can replay every plan with cblas_sgemm against a row-major reference
+// (tests/compute/gemm_plan_test.cpp): layout mistakes are the commonest GEMM bug, and they show up here without a
+// GPU.
 //
 // Row-major → column-major: a row-major X[r,c] (element (i,j) at i·c + j) is, read column-major, Xᵀ (c×r) with
 // ld = c. So the row-major product D[r,c] = op(X)·op(Y) is the column-major Dᵀ = op(Y)ᵀ·op(X)ᵀ over the same
@@ -30,6 +31,7 @@ enum class GemmOperand : std::uint8_t {
   scores, probs, dprobs, dscores,       // attention, per head [T,T]
   bias, ones,                           // the unfused bias epilogue: the bias [m], and n ones
   pre,                                  // an activation epilogue's pre-activation: D's shape and ld (below)
+  residual,                             // a plan's C where it is not D (GemmPlan::residual): D's shape and ld
 };
 std::string_view operand_name(GemmOperand operand);  // "weight", "dscores", ...
 
@@ -51,6 +53,7 @@ struct GemmPlan {
   float alpha = 1.0f, beta = 0.0f;
   bool bias_epilogue = false;  // CUBLASLT_EPILOGUE_BIAS: D(i,j) += bias[i], a vector of m (= OC) elements
   GemmActivation activation = GemmActivation::none;
+  bool residual = false;  // C is the `residual` tensor, of D's layout, not D: D = alpha·op(A)·op(B) + beta·residual
 
   auto operator<=>(const GemmPlan&) const = default;  // a key: the cuda backend caches cuBLASLt's choice per plan
 };
@@ -71,6 +74,9 @@ GemmPlan matmul_backward_input_plan(std::size_t N, std::size_t C, std::size_t OC
 // dweight[OC,C] += dout[N,OC]ᵀ·in[N,C]: A = in (N), B = dout (T), m = C, n = OC, k = N, lda = C, ldb = ld_out,
 // ldc = C, beta 1. The bias gradient is not a GEMM here: BGRADB would overwrite dbias, the contract adds to it.
 GemmPlan matmul_backward_weight_plan(std::size_t N, std::size_t C, std::size_t OC, std::size_t ld_out);
+// The plan adding a residual of D's layout to its product, rounded once: D = alpha·op(A)·op(B) + residual (+ bias).
+// For a plan with beta 0 (the matmul forward's: out = in·weightᵀ + bias + residual).
+GemmPlan with_residual(GemmPlan plan);
 
 // ---- attention: strided-batched over the B·NH heads, hs = C/NH; q, k, v, y, dy, dq, dk, dv are [B,NH,T,hs]
 // contiguous (a head's [T,hs] every T·hs elements: the backend permutes them out of qkv[B,T,3C] first, whose heads
@@ -92,9 +98,10 @@ GemmPlan attention_dk_plan(std::size_t B, std::size_t T, std::size_t C, std::siz
 
 // ---- the bias epilogue unfused, where cuBLASLt has no kernel with it (an operand at 2-byte alignment may leave
 // none): first D = bias·onesᵀ, A = bias (m×1, lda m), B = ones (1×n, ldb 1), k = 1, beta 0 — every column of D
-// the bias, exactly; then the plan itself without its epilogue and with beta 1. The same arithmetic as the
-// epilogue: alpha·op(A)·op(B) + bias in fp32, rounded once into D. For a plan with a bias epilogue, beta 0 and one
-// batch member (the matmul forward's).
+// the bias, exactly (with a residual: beta 1 on it, D = bias + residual, one rounding); then the plan itself
+// without its epilogue, with beta 1 onto D. The same arithmetic as the epilogue: alpha·op(A)·op(B) + bias in fp32,
+// rounded once into D (twice with a residual). For a plan with a bias epilogue, no activation, beta 0 or a
+// residual, and one batch member (the matmul forward's).
 struct UnfusedBias {
   GemmPlan broadcast, product;
 };
@@ -106,7 +113,8 @@ UnfusedBias unfused_bias_plans(const GemmPlan& plan);
 // ragged dimension (above 8) split into its largest multiple of 8 and the remainder (1 to 7), the operands' pointers
 // advanced by the offsets below (elements). Splitting m or n splits D into disjoint blocks, each with the plan's
 // own sums. Splitting k runs the remainder first, with the plan's beta and bias, then the multiple of 8 with beta 1
-// onto it: where D is BF16 that stores the partial sum once more (one rounding of the remainder's few terms). An
+// onto it (a residual is the remainder's C): where D is BF16 that stores the partial sum once more (one rounding of
+// the remainder's few terms). An
 // activation needs the whole sum, so a plan with one is never split along k (gemm_activation_fusable).
 struct GemmPart {
   GemmPlan plan;
@@ -114,7 +122,7 @@ struct GemmPart {
 };
 inline constexpr std::int64_t kGemmAlignedMultiple = 8;
 // The plan's parts in the order to run them: the plan itself alone where no dimension is ragged. Each part's pre
-// (an activation's) is at its offset_c: it has D's layout.
+// (an activation's) and residual are at its offset_c: they have D's layout.
 std::vector<GemmPart> gemm_aligned_parts(const GemmPlan& plan);
 // Whether an activation epilogue can run on the plan: its parts keep k whole (k a multiple of 8, or below 8), and
 // ldc, pre's leading dimension too, is a multiple of 8 (cuBLASLt's rule for the GELU input matrix).

@@ -44,6 +44,7 @@ enum class TimedOp : int {
   gelu_backward,
   matmul_gelu_forward,
   gelu_matmul_backward,
+  matmul_residual_forward,
   accumulate,
   softmax_cross_entropy,
   cast,

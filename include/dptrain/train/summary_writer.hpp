@@ -44,6 +44,7 @@ struct SummaryInputs {
   nlohmann::json overlap_choice;  // OverlapChoice::summary()
   nlohmann::json cpu_gemm;        // CpuGemmChoice::summary(); null on cuda
   std::string attention;          // Backend::attention_name()
+  std::string matmul_epilogues;   // Backend::matmul_epilogues()
   CpuInfo host_cpu;               // rank 0's host CPU
 };
 

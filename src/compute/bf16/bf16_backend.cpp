@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "dptrain/core/bf16.hpp"
@@ -229,24 +231,47 @@ class Bf16Backend final : public Backend {
     return copy;
   }
   // GELU in the product's epilogue where the GEMM runner has a kernel with it for the shape (cuBLASLt's
-  // GELU_AUX_BIAS and DGELU; gemm_activation_fusable), else the composition.
-  bool fuses_matmul_gelu() const override { return true; }
+  // GELU_AUX_BIAS and DGELU; gemm_activation_fusable), else the composition, the shape noted. The residual always:
+  // it is C.
+  bool fuses_matmul_epilogues() const override { return true; }
+  std::string matmul_epilogues() const override {
+    std::string words = "GELU and the residual in the GEMM epilogues";
+    if (!composed_.empty()) words += "; GELU composed for";
+    for (const std::string& shape : composed_) words += " " + shape;
+    return words;
+  }
+  // Runs `plan` with its activation where it can; false (the shape noted) where the caller must compose.
+  bool fused_activation(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, const void* bias,
+                        const char* what, std::size_t N, std::size_t C, std::size_t OC) {
+    const bool fusable = gemm_activation_fusable(plan);
+    if (fusable && gemm_->try_run_with_activation(plan, tensors, bias)) return true;
+    composed_.insert(
+        fmt::format("[{} {}×{}→{}: {}]", what, N, C, OC,
+                    fusable ? "no kernel with the epilogue" : "k or the row length not a multiple of 8"));
+    return false;
+  }
+  void matmul_residual_forward(void* out, const void* residual, const void* in, const void* w, const void* bias,
+                               std::size_t N, std::size_t, std::size_t C, std::size_t OC) override {
+    using R = GemmOperand;
+    gemm_->run(with_residual(matmul_forward_plan(N, C, OC, OC, bias != nullptr)),
+               {{R::weight, w}, {R::in, in}, {R::out, out}, {R::residual, residual}}, DType::bf16,
+               aligned_bias(bias, OC));
+  }
   void matmul_gelu_forward(void* out, void* pre, const void* in, const void* w, const void* bias, std::size_t N,
                            std::size_t T, std::size_t C, std::size_t OC) override {
     using R = GemmOperand;
-    const GemmPlan plan = matmul_forward_plan(N, C, OC, OC, bias != nullptr, GemmActivation::gelu);
-    if (gemm_activation_fusable(plan) &&
-        gemm_->try_run_with_activation(plan, {{R::weight, w}, {R::in, in}, {R::out, out}, {R::pre, pre}},
-                                       aligned_bias(bias, OC)))
+    if (fused_activation(matmul_forward_plan(N, C, OC, OC, bias != nullptr, GemmActivation::gelu),
+                         {{R::weight, w}, {R::in, in}, {R::out, out}, {R::pre, pre}}, aligned_bias(bias, OC),
+                         "gelu forward", N, C, OC))
       return;
     Backend::matmul_gelu_forward(out, pre, in, w, bias, N, T, C, OC);
   }
   void gelu_matmul_backward(void* dpre, void* dw, void* dbias, const void* dout, const void* in, const void* w,
                             const void* pre, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
     using R = GemmOperand;
-    const GemmPlan plan = matmul_backward_input_plan(N, C, OC, OC, GemmActivation::dgelu);
-    if (!gemm_activation_fusable(plan) ||
-        !gemm_->try_run_with_activation(plan, {{R::weight, w}, {R::dout, dout}, {R::din, dpre}, {R::pre, pre}}))
+    if (!fused_activation(matmul_backward_input_plan(N, C, OC, OC, GemmActivation::dgelu),
+                          {{R::weight, w}, {R::dout, dout}, {R::din, dpre}, {R::pre, pre}}, nullptr, "gelu backward",
+                          N, C, OC))
       return Backend::gelu_matmul_backward(dpre, dw, dbias, dout, in, w, pre, N, T, C, OC);
     matmul_backward(nullptr, dw, dbias, dout, in, w, N, T, C, OC, OC);  // the parameter gradients
   }
@@ -361,6 +386,7 @@ class Bf16Backend final : public Backend {
   Scratch scratch_;
   int reserved_views_ = 0;
   std::vector<const void*> live_views_;
+  std::set<std::string> composed_;  // the GELU products that ran as the composition, in words
 };
 
 }  // namespace

@@ -34,7 +34,7 @@ void GemmRunner::run(const std::vector<GemmPart>& parts, std::initializer_list<G
   if (!parts.empty() && parts.front().plan.activation != GemmActivation::none)
     throw std::logic_error("GEMM: a plan with an activation goes through try_run_with_activation");
   for (const Call& call : calls(parts, tensors, d_type, bias))
-    run_part(call.plan, call.A, call.B, call.D, d_type, call.bias, call.pre);
+    run_part(call.plan, call.A, call.B, call.C, call.D, d_type, call.bias, call.pre);
 }
 
 bool GemmRunner::try_run_with_activation(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors,
@@ -43,8 +43,8 @@ bool GemmRunner::try_run_with_activation(const GemmPlan& plan, std::initializer_
     throw std::logic_error("GEMM: try_run_with_activation takes a plan with an activation it can fuse");
   const std::vector<Call> all = calls(std::vector<GemmPart>{{plan}}, tensors, DType::bf16, bias);
   for (const Call& call : all)
-    if (!has_activation_kernel(call.plan, call.A, call.B, call.D, call.bias, call.pre)) return false;
-  for (const Call& call : all) run_part(call.plan, call.A, call.B, call.D, DType::bf16, call.bias, call.pre);
+    if (!has_activation_kernel(call.plan, call.A, call.B, call.C, call.D, call.bias, call.pre)) return false;
+  for (const Call& call : all) run_part(call.plan, call.A, call.B, call.C, call.D, DType::bf16, call.bias, call.pre);
   return true;
 }
 
@@ -60,6 +60,8 @@ std::vector<GemmRunner::Call> GemmRunner::calls(const std::vector<GemmPart>& par
   const auto* pre = plan.activation == GemmActivation::none
                         ? nullptr
                         : static_cast<const std::byte*>(gemm_tensor(tensors, GemmOperand::pre));
+  const auto* residual =
+      plan.residual ? static_cast<const std::byte*>(gemm_tensor(tensors, GemmOperand::residual)) : nullptr;
   const auto* bias_bytes = static_cast<const std::byte*>(bias);
   constexpr std::size_t kOperandBytes = sizeof(bf16);  // A, B, the bias and pre
   std::vector<Call> all;
@@ -67,7 +69,9 @@ std::vector<GemmRunner::Call> GemmRunner::calls(const std::vector<GemmPart>& par
     for (const GemmPart& piece : gemm_aligned_parts(part.plan)) {
       const std::int64_t a = part.offset_a + piece.offset_a, b = part.offset_b + piece.offset_b,
                          c = part.offset_c + piece.offset_c, at_bias = part.offset_bias + piece.offset_bias;
-      all.push_back({piece.plan, A + a * kOperandBytes, B + b * kOperandBytes, D + c * element_size(d_type),
+      const std::size_t at_c = std::size_t(c) * element_size(d_type);
+      all.push_back({piece.plan, A + a * kOperandBytes, B + b * kOperandBytes,
+                     piece.plan.residual ? residual + at_c : D + at_c, D + at_c,
                      piece.plan.bias_epilogue ? bias_bytes + at_bias * kOperandBytes : nullptr,
                      pre ? pre + c * kOperandBytes : nullptr});
     }

@@ -24,10 +24,10 @@ constexpr std::size_t kBiasAlignment = Memory::kAlignment;
 class GemmRunner {
  public:
   virtual ~GemmRunner() = default;
-  // D = plan.alpha·op(A)·op(B) + plan.beta·D (+ bias[m] over the columns where plan.bias_epilogue). A and B are
-  // BF16; D (and the C it accumulates) is BF16 or fp32 (d_type); bias BF16 (given iff the plan adds one),
-  // kBiasAlignment-aligned. Runs the plan's aligned parts (gemm_aligned_parts) one after another. For plans without
-  // an activation (std::logic_error otherwise).
+  // D = plan.alpha·op(A)·op(B) + plan.beta·C (+ bias[m] over the columns where plan.bias_epilogue), C = D or, where
+  // plan.residual, the `residual` tensor. A and B are BF16; C and D BF16 or fp32 (d_type); bias BF16 (given iff the
+  // plan adds one), kBiasAlignment-aligned. Runs the plan's aligned parts (gemm_aligned_parts) one after another. For
+  // plans without an activation (std::logic_error otherwise).
   void run(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, DType d_type, const void* bias = nullptr);
   // Parts of one plan (causal_row_blocks), each run as its aligned parts, its offsets added to theirs.
   void run(const std::vector<GemmPart>& parts, std::initializer_list<GemmTensor> tensors, DType d_type,
@@ -41,12 +41,12 @@ class GemmRunner {
   virtual bool row_length_invariant() const = 0;
 
  protected:
-  // One part, its operands' pointers already advanced to it: A and B BF16, D of d_type, bias BF16 or null, pre
-  // BF16 where the plan has an activation (else null).
-  virtual void run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d_type, const void* bias,
-                        const void* pre) = 0;
+  // One part, its operands' pointers already advanced to it: A and B BF16, C (D itself, or the residual) and D of
+  // d_type, bias BF16 or null, pre BF16 where the plan has an activation (else null).
+  virtual void run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d_type,
+                        const void* bias, const void* pre) = 0;
   // Whether run_part has a kernel for this part with its activation (asked of such parts only, before any runs).
-  virtual bool has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* D,
+  virtual bool has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* C, const void* D,
                                      const void* bias, const void* pre) {
     return true;
   }
@@ -55,7 +55,7 @@ class GemmRunner {
   // A part of the plan as its operands' addresses.
   struct Call {
     GemmPlan plan;
-    const void *A, *B;
+    const void *A, *B, *C;
     void* D;
     const void *bias, *pre;
   };

@@ -61,12 +61,13 @@ CublasLtGemm::~CublasLtGemm() {
   cublasLtDestroy(handle_);
 }
 
-CublasLtGemm::Key CublasLtGemm::key_of(const GemmPlan& plan, const void* A, const void* B, const void* D, DType d,
-                                       const void* bias, const void* pre) {
+CublasLtGemm::Key CublasLtGemm::key_of(const GemmPlan& plan, const void* A, const void* B, const void* C,
+                                       const void* D, DType d, const void* bias, const void* pre) {
   return {plan,
           int(d == DType::f32 ? CUDA_R_32F : CUDA_R_16BF),
           alignment_of(A, plan.lda, plan.stride_a, 2),
           alignment_of(B, plan.ldb, plan.stride_b, 2),
+          alignment_of(C, plan.ldc, plan.stride_c, element_size(d)),
           alignment_of(D, plan.ldc, plan.stride_c, element_size(d)),
           bias ? alignment_of(bias, 0, 0, 2) : 0,
           pre ? alignment_of(pre, plan.ldc, 0, 2) : 0};
@@ -74,7 +75,7 @@ CublasLtGemm::Key CublasLtGemm::key_of(const GemmPlan& plan, const void* A, cons
 
 const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* bias, const void* pre) {
   if (auto found = prepared_.find(key); found != prepared_.end()) return found->second ? &*found->second : nullptr;
-  const auto& [plan, d_type_int, align_a, align_b, align_d, align_bias, align_pre] = key;
+  const auto& [plan, d_type_int, align_a, align_b, align_c, align_d, align_bias, align_pre] = key;
   const auto d_type = cudaDataType_t(d_type_int);
   Prepared p{CublasLtDescriptors(plan, d_type)};
   // The heuristic reads the bias's and pre's alignments from their pointers' values: give it them (the bias always
@@ -86,7 +87,7 @@ const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* 
   const std::uint64_t workspace = kWorkspaceBytes;
   DP_CUDA(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                sizeof workspace));
-  const std::uint32_t alignments[4] = {align_a, align_b, align_d, align_d};
+  const std::uint32_t alignments[4] = {align_a, align_b, align_c, align_d};
   const cublasLtMatmulPreferenceAttributes_t alignment_attributes[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -101,8 +102,10 @@ const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* 
                                      described.d(), preference, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   // No algorithm (NOT_SUPPORTED, or success with none found) is an answer, kept for the shape; any other status is
-  // a call cuBLASLt refused (a descriptor or attribute it rejects), reported rather than taken for "none".
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  // a call cuBLASLt refused (a descriptor or attribute it rejects), reported rather than taken for "none" — but for
+  // an activation epilogue, whose refusal leaves the composition (the backend says which shapes were composed).
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0) ||
+      (status != CUBLAS_STATUS_SUCCESS && plan.activation != GemmActivation::none)) {
     prepared_.emplace(key, std::nullopt);
     return nullptr;
   }
@@ -122,21 +125,21 @@ const void* CublasLtGemm::ones(std::size_t count) {
   return ones_.data();
 }
 
-bool CublasLtGemm::has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* D,
-                                         const void* bias, const void* pre) {
-  return prepare(key_of(plan, A, B, D, DType::bf16, bias, pre), bias, pre) != nullptr;
+bool CublasLtGemm::has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* C,
+                                         const void* D, const void* bias, const void* pre) {
+  return prepare(key_of(plan, A, B, C, D, DType::bf16, bias, pre), bias, pre) != nullptr;
 }
 
-void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d, const void* bias,
-                            const void* pre) {
-  const Key key = key_of(plan, A, B, D, d, bias, pre);
+void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d,
+                            const void* bias, const void* pre) {
+  const Key key = key_of(plan, A, B, C, D, d, bias, pre);
   const auto d_type = cudaDataType_t(std::get<1>(key));
-  const unsigned align_a = std::get<2>(key), align_b = std::get<3>(key), align_d = std::get<4>(key);
+  const unsigned align_a = std::get<2>(key), align_b = std::get<3>(key), align_d = std::get<5>(key);
   const Prepared* prepared = prepare(key, bias, pre);
   if (prepared == nullptr && plan.bias_epilogue && plan.activation == GemmActivation::none) {
-    const UnfusedBias unfused = unfused_bias_plans(plan);
-    run_part(unfused.broadcast, bias, ones(std::size_t(plan.n)), D, d, nullptr, nullptr);
-    return run_part(unfused.product, A, B, D, d, nullptr, nullptr);
+    const UnfusedBias unfused = unfused_bias_plans(plan);  // the residual, if any, is the broadcast's C
+    run_part(unfused.broadcast, bias, ones(std::size_t(plan.n)), C, D, d, nullptr, nullptr);
+    return run_part(unfused.product, A, B, D, D, d, nullptr, nullptr);
   }
   if (prepared == nullptr)
     throw std::runtime_error(
@@ -146,7 +149,7 @@ void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, 
   set_epilogue_pointers(described, bias, pre);
   const float alpha = plan.alpha, beta = plan.beta;
   const cublasStatus_t status =
-      cublasLtMatmul(handle_, described.operation(), &alpha, A, described.a(), B, described.b(), &beta, D,
+      cublasLtMatmul(handle_, described.operation(), &alpha, A, described.a(), B, described.b(), &beta, C,
                      described.d(), D, described.d(), &p.algorithm, workspace_.data(), kWorkspaceBytes, stream_);
   const cudaError_t ran = status == CUBLAS_STATUS_SUCCESS && synchronize_each_call() ? cudaStreamSynchronize(stream_)
                                                                                      : cudaSuccess;

@@ -36,21 +36,21 @@ class CublasLtGemm final : public GemmRunner {
 
  private:
   // On the stream given at construction.
-  void run_part(const GemmPlan& plan, const void* A, const void* B, void* D, DType d_type, const void* bias,
-                const void* pre) override;
-  bool has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* D, const void* bias,
-                             const void* pre) override;
+  void run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d_type,
+                const void* bias, const void* pre) override;
+  bool has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* C, const void* D,
+                             const void* bias, const void* pre) override;
 
   struct Prepared {
     CublasLtDescriptors descriptors;
     cublasLtMatmulAlgo_t algorithm{};
   };
-  // The plan, D's type, and the alignments of A, B, D, the bias and pre (an aligned part's bias and pre may be
+  // The plan, D's type, and the alignments of A, B, C, D, the bias and pre (an aligned part's bias and pre may be
   // 16-byte aligned).
-  using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned, unsigned, unsigned>;
+  using Key = std::tuple<GemmPlan, int /*d_type*/, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned>;
   // The key of a call.
-  static Key key_of(const GemmPlan& plan, const void* A, const void* B, const void* D, DType d_type, const void* bias,
-                    const void* pre);
+  static Key key_of(const GemmPlan& plan, const void* A, const void* B, const void* C, const void* D, DType d_type,
+                    const void* bias, const void* pre);
   // The cached choice for the key; null where the heuristic has none (also cached).
   const Prepared* prepare(const Key& key, const void* bias, const void* pre);
   // `count` BF16 ones on the device (the unfused bias's broadcast), grown on first need.
