@@ -57,15 +57,18 @@ std::vector<float> widen(const void* data, std::size_t n, DType dtype) {
 // rounding where D is BF16, as cuBLASLt's fp32-compute GEMM stores it.
 class BlasGemm final : public GemmRunner {
  public:
-  explicit BlasGemm(Enqueue enqueue) : enqueue_(std::move(enqueue)) {}
+  explicit BlasGemm(Enqueue enqueue, bool refuse_ragged_activations = false)
+      : enqueue_(std::move(enqueue)), refuse_ragged_activations_(refuse_ragged_activations) {}
   // OpenBLAS packs the operands into blocks before it multiplies: the order of the additions follows the dimensions
   // alone.
   bool row_length_invariant() const override { return true; }
 
  private:
-  void run_part(const GemmPlan& p, const void* a, const void* b, const void* c, void* d, DType d_type,
+  bool run_part(const GemmPlan& p, const void* a, const void* b, const void* c, void* d, DType d_type,
                 const void* bias, const void* pre) override {
+    if (refuse_ragged_activations_ && p.activation != GemmActivation::none && p.n % 8 != 0) return false;
     enqueue_([=] { replay(p, a, b, c, d, d_type, bias, const_cast<void*>(pre)); });
+    return true;
   }
 
   static void replay(const GemmPlan& p, const void* a_data, const void* b_data, const void* c_data, void* d_data,
@@ -115,6 +118,7 @@ class BlasGemm final : public GemmRunner {
   }
 
   Enqueue enqueue_;
+  bool refuse_ragged_activations_;
 };
 
 }  // namespace
@@ -128,6 +132,13 @@ std::unique_ptr<Backend> make_harness_backend(const std::string& name, std::uniq
 
 std::unique_ptr<Backend> make_cuda_on_cpu_backend() {
   return make_harness_backend(kCudaOnCpu, make_cpu_device(), [](const std::function<void()>& work) { work(); });
+}
+
+std::unique_ptr<Backend> make_cuda_on_cpu_backend_refusing_epilogues() {
+  const Enqueue at_once = [](const std::function<void()>& work) { work(); };
+  return make_bf16_backend(kCudaOnCpuRefusingEpilogues, make_cpu_device(),
+                           std::make_unique<KernelCalls<HarnessLauncher>>(HarnessLauncher{at_once}),
+                           std::make_unique<BlasGemm>(at_once, true));
 }
 
 }  // namespace dptrain::test

@@ -15,6 +15,11 @@ namespace dptrain::test {
 
 inline constexpr const char* kCudaOnCpu = "cuda_kernels_on_cpu";
 std::unique_ptr<Backend> make_cuda_on_cpu_backend();
+// The same with a GEMM replay that refuses, when called, every part with an activation epilogue whose n is not a
+// multiple of 8 (as cuBLASLt may refuse a call): of a product of 9 rows the first 8 run fused, then the backend
+// must compose the whole product.
+inline constexpr const char* kCudaOnCpuRefusingEpilogues = "cuda_kernels_on_cpu_refusing_epilogues";
+std::unique_ptr<Backend> make_cuda_on_cpu_backend_refusing_epilogues();
 
 // Runs `work` where the backend's kernels run: at once, or queued on a stream.
 using Enqueue = std::function<void(std::function<void()>)>;
@@ -55,12 +60,13 @@ inline std::vector<std::string> backends_under_test() {
 inline std::unique_ptr<Backend> make_backend_under_test(const std::string& name) {
   if (name == kCpuOnednn) return make_cpu_backend("onednn");
   if (name == kCudaGemmAttention) return make_backend("cuda", {}, nullptr, "gemm");
+  if (name == kCudaOnCpuRefusingEpilogues) return make_cuda_on_cpu_backend_refusing_epilogues();
   return name == kCudaOnCpu ? make_cuda_on_cpu_backend() : make_backend(name);
 }
 inline std::string backend_under_test_unavailable(const std::string& name) {
   if (name == kCpuOnednn) return cpu_gemm_unavailable("onednn");
   if (name == kCudaGemmAttention) return backend_unavailable("cuda");
-  return name == kCudaOnCpu ? "" : backend_unavailable(name);
+  return name == kCudaOnCpu || name == kCudaOnCpuRefusingEpilogues ? "" : backend_unavailable(name);
 }
 
 }  // namespace dptrain::test

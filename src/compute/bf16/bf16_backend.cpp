@@ -247,7 +247,7 @@ class Bf16Backend final : public Backend {
     if (fusable && gemm_->try_run_with_activation(plan, tensors, bias)) return true;
     composed_.insert(
         fmt::format("[{} {}×{}→{}: {}]", what, N, C, OC,
-                    fusable ? "no kernel with the epilogue" : "k or the row length not a multiple of 8"));
+                    fusable ? "no kernel took the epilogue" : "k or the row length not a multiple of 8"));
     return false;
   }
   void matmul_residual_forward(void* out, const void* residual, const void* in, const void* w, const void* bias,

@@ -34,7 +34,8 @@ void GemmRunner::run(const std::vector<GemmPart>& parts, std::initializer_list<G
   if (!parts.empty() && parts.front().plan.activation != GemmActivation::none)
     throw std::logic_error("GEMM: a plan with an activation goes through try_run_with_activation");
   for (const Call& call : calls(parts, tensors, d_type, bias))
-    run_part(call.plan, call.A, call.B, call.C, call.D, d_type, call.bias, call.pre);
+    if (!run_part(call.plan, call.A, call.B, call.C, call.D, d_type, call.bias, call.pre))
+      throw std::logic_error("GEMM: a part without an activation was refused");
 }
 
 bool GemmRunner::try_run_with_activation(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors,
@@ -44,7 +45,8 @@ bool GemmRunner::try_run_with_activation(const GemmPlan& plan, std::initializer_
   const std::vector<Call> all = calls(std::vector<GemmPart>{{plan}}, tensors, DType::bf16, bias);
   for (const Call& call : all)
     if (!has_activation_kernel(call.plan, call.A, call.B, call.C, call.D, call.bias, call.pre)) return false;
-  for (const Call& call : all) run_part(call.plan, call.A, call.B, call.C, call.D, DType::bf16, call.bias, call.pre);
+  for (const Call& call : all)
+    if (!run_part(call.plan, call.A, call.B, call.C, call.D, DType::bf16, call.bias, call.pre)) return false;
   return true;
 }
 

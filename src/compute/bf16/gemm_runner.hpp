@@ -33,8 +33,9 @@ class GemmRunner {
   void run(const std::vector<GemmPart>& parts, std::initializer_list<GemmTensor> tensors, DType d_type,
            const void* bias = nullptr);
   // A plan with an activation epilogue (gemm_plan.hpp: GemmActivation; gemm_activation_fusable), D BF16, `pre`
-  // among the tensors: true once run; false, having run nothing, where the library has no kernel with the
-  // activation for one of its parts (the caller then computes the product and the activation apart).
+  // among the tensors: true once run; false where the library has no kernel with the activation for one of its
+  // parts (having run nothing), or refused one when called (D and pre then partly written): the caller then
+  // computes the product and the activation apart, over all of D and pre.
   [[nodiscard]] bool try_run_with_activation(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors,
                                              const void* bias = nullptr);
   // Whether a product's bits are the same whatever its operands' row lengths (ld) and alignment.
@@ -42,8 +43,10 @@ class GemmRunner {
 
  protected:
   // One part, its operands' pointers already advanced to it: A and B BF16, C (D itself, or the residual) and D of
-  // d_type, bias BF16 or null, pre BF16 where the plan has an activation (else null).
-  virtual void run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d_type,
+  // d_type, bias BF16 or null, pre BF16 where the plan has an activation (else null). False where the library
+  // refused a part with an activation when called (then never tried again for its key); true, or an exception,
+  // otherwise.
+  virtual bool run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d_type,
                         const void* bias, const void* pre) = 0;
   // Whether run_part has a kernel for this part with its activation (asked of such parts only, before any runs).
   virtual bool has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* C, const void* D,

@@ -130,7 +130,7 @@ bool CublasLtGemm::has_activation_kernel(const GemmPlan& plan, const void* A, co
   return prepare(key_of(plan, A, B, C, D, DType::bf16, bias, pre), bias, pre) != nullptr;
 }
 
-void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d,
+bool CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d,
                             const void* bias, const void* pre) {
   const Key key = key_of(plan, A, B, C, D, d, bias, pre);
   const auto d_type = cudaDataType_t(std::get<1>(key));
@@ -138,8 +138,8 @@ void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, 
   const Prepared* prepared = prepare(key, bias, pre);
   if (prepared == nullptr && plan.bias_epilogue && plan.activation == GemmActivation::none) {
     const UnfusedBias unfused = unfused_bias_plans(plan);  // the residual, if any, is the broadcast's C
-    run_part(unfused.broadcast, bias, ones(std::size_t(plan.n)), C, D, d, nullptr, nullptr);
-    return run_part(unfused.product, A, B, D, D, d, nullptr, nullptr);
+    return run_part(unfused.broadcast, bias, ones(std::size_t(plan.n)), C, D, d, nullptr, nullptr) &&
+           run_part(unfused.product, A, B, D, D, d, nullptr, nullptr);
   }
   if (prepared == nullptr)
     throw std::runtime_error(
@@ -151,6 +151,11 @@ void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, 
   const cublasStatus_t status =
       cublasLtMatmul(handle_, described.operation(), &alpha, A, described.a(), B, described.b(), &beta, C,
                      described.d(), D, described.d(), &p.algorithm, workspace_.data(), kWorkspaceBytes, stream_);
+  if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_ALLOC_FAILED &&
+      plan.activation != GemmActivation::none) {
+    prepared_[key] = std::nullopt;  // the epilogue refused: the composition from now on
+    return false;
+  }
   const cudaError_t ran = status == CUBLAS_STATUS_SUCCESS && synchronize_each_call() ? cudaStreamSynchronize(stream_)
                                                                                      : cudaSuccess;
   if (status != CUBLAS_STATUS_SUCCESS || ran != cudaSuccess) {
@@ -160,6 +165,7 @@ void CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, 
         status != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(status) : cudaGetErrorString(ran),
         describe(plan, d_type, align_a, align_b, align_d)));
   }
+  return true;
 }
 
 }  // namespace dptrain::cuda

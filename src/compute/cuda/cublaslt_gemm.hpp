@@ -36,7 +36,7 @@ class CublasLtGemm final : public GemmRunner {
 
  private:
   // On the stream given at construction.
-  void run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d_type,
+  bool run_part(const GemmPlan& plan, const void* A, const void* B, const void* C, void* D, DType d_type,
                 const void* bias, const void* pre) override;
   bool has_activation_kernel(const GemmPlan& plan, const void* A, const void* B, const void* C, const void* D,
                              const void* bias, const void* pre) override;
