@@ -9,7 +9,8 @@
 #   3. the benchmark: gpt2-124m at Q = 1024, the largest micro-batch of 64, 32, 16 that fits (a smaller one only
 #      after a refusal or failure for memory), 30 steps — tokens/s, MFU, memory — beside PyTorch on the same shape
 #      in the same run (eager with SDPA and BF16 autocast), the same 30 steps with --attention gemm where the first
-#      run fused attention (cuDNN), then 6 steps with --op-times (time and GEMM rate per op: where the time goes),
+#      run fused attention (cuDNN) and with --matmul-epilogues composed (what the GELU and residual epilogues gain),
+#      then 6 steps with --op-times (time and GEMM rate per op: where the time goes),
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the cuda op tests and the tiny model's
 #      forward and backward (where the machine's runtime supports it),
 #   5. torch.compile if time is left,
@@ -140,6 +141,9 @@ if batch:
     tokens, mfu, end = training_run(os.path.join(out, "train-gemm.jsonl"))
     if tokens:
         summary["gemm_attention"] = {"tokens_per_s": tokens, "mfu": mfu, "memory": end and end.get("memory")}
+    tokens, mfu, end = training_run(os.path.join(out, "train-composed.jsonl"))
+    if tokens:
+        summary["composed_epilogues"] = {"tokens_per_s": tokens, "mfu": mfu, "memory": end and end.get("memory")}
 op_log = os.path.join(out, "op-times.jsonl")
 if os.path.exists(op_log):
     for line in open(op_log):
@@ -232,6 +236,19 @@ if [ "$batch" -gt 0 ] && grep -q '"attention":"fused' "$OUT/train-b$batch.jsonl"
       > "$OUT/train-gemm.txt" 2>&1
     echo "exit $?" >> "$OUT/train-gemm.txt"
     tail -2 "$OUT/train-gemm.txt"
+  fi
+fi
+# The same run with the GELU and the residual adds composed (--matmul-epilogues composed: the products, then the
+# GELU and accumulate kernels): what the epilogues gain, in the same call.
+if [ "$batch" -gt 0 ]; then
+  seconds=$(step_timeout 60)
+  if [ "$seconds" -ge 30 ]; then
+    log "dptrain gpt2-124m --batch $batch --matmul-epilogues composed (at most $seconds s)"
+    ours timeout "$seconds" "$bin/dptrain" --device cuda --config configs/gpt2-124m.toml --data "$OUT/corpus.txt" \
+      --batch "$batch" --steps 30 --warmup 2 --eval-every 0 --matmul-epilogues composed \
+      --log "$OUT/train-composed.jsonl" > "$OUT/train-composed.txt" 2>&1
+    echo "exit $?" >> "$OUT/train-composed.txt"
+    tail -2 "$OUT/train-composed.txt"
   fi
 fi
 if [ "$batch" -gt 0 ]; then

@@ -74,12 +74,13 @@ std::string attention_unavailable(std::string_view name, std::string_view mode) 
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement,
-                                      std::shared_ptr<const CpuGemm> cpu_gemm, std::string_view attention) {
+                                      std::shared_ptr<const CpuGemm> cpu_gemm, std::string_view attention,
+                                      [[maybe_unused]] bool fuse_epilogues) {
   if (const std::string why = backend_unavailable(name, placement); !why.empty()) throw UserError(why);
   if (const std::string why = attention_unavailable(name, attention); !why.empty()) throw UserError(why);
   if (name == "cpu") return cpu_gemm ? make_cpu_backend(std::move(cpu_gemm)) : make_cpu_backend();
 #ifdef DPTRAIN_HAVE_CUDA
-  return make_cuda_backend(placement.gpu(), attention);
+  return make_cuda_backend(placement.gpu(), attention, fuse_epilogues);
 #else
   fail("unreachable: backend '{}'", name);
 #endif

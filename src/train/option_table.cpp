@@ -164,6 +164,12 @@ std::vector<TrainOption> make_table() {
             "backward), fused (cuDNN's flash attention on the cuda backend: row statistics kept instead), or auto "
             "(fused where the cuda backend's cuDNN takes the model's heads, else gemm)",
             DPTRAIN_FIELD(attention), all, unsaved),
+      entry(
+          "--matmul-epilogues",
+          "The MLP's GELU and the residual adds on the cuda backend: fused (in the GEMMs' epilogues, where cuBLASLt "
+          "has the kernel) or composed (the product, then a kernel apart: what the fusion gains, in comparison); "
+          "the cpu backend composes either way",
+          DPTRAIN_FIELD(matmul_epilogues), all, unsaved),
       entry("--cpu-gemm",
             "The cpu backend's sgemm library: by-cpu (onednn where the CPU has AVX-512, else openblas), openblas, "
             "onednn where the build has it, onednn-bf16 (products of BF16-rounded operands, where the CPU has "

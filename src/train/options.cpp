@@ -148,6 +148,8 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
           "--device: unknown device '{}' (expected auto, cpu or cuda)", o.device);
   if (const std::string why = unknown_attention_mode(o.attention); !why.empty()) throw UserError(why);
+  require(o.matmul_epilogues == "fused" || o.matmul_epilogues == "composed",
+          "--matmul-epilogues: unknown mode '{}' (expected fused or composed)", o.matmul_epilogues);
   if (o.cpu_gemm != "auto" && o.cpu_gemm != "by-cpu")
     if (const std::string why = cpu_gemm_unavailable(o.cpu_gemm); !why.empty()) throw UserError(why);
   require(o.overlap == "on" || o.overlap == "off" || o.overlap == "auto",

@@ -37,7 +37,7 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   // --cpu-gemm auto: OpenBLAS until connect() has timed the libraries on every rank (before the first GEMM).
   cpu_gemm_ = std::make_shared<CpuGemm>(make_cpu_gemm(initial_cpu_gemm(options_.cpu_gemm, host_cpu_)));
   backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_, cpu_gemm_,
-                          options_.attention);
+                          options_.attention, options_.matmul_epilogues == "fused");
   if (options_.op_times) {  // made on this thread, the compute thread: the comm executor's calls get rows apart
     op_times_ = std::make_shared<OpTimes>();
     backend_ = make_op_timing_backend(std::move(backend_), op_times_);

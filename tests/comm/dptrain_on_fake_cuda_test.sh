@@ -5,7 +5,8 @@
 # runs agree as scripts/gpu-check-multi.sh asks of a GPU: W = 2 and W = 3 against W = 1 and tree and native against
 # ring within 1e-2 relative (BF16 activations: a different order of fp32 additions may flip a rounding), ZeRO 1-3
 # against 0 within 1e-5 (the same sums in other buffers), no overlap and a blocking communicator against the default
-# to 1e-12 (the same computation); a checkpoint resumes bit for bit, and at another world size and stage within 1e-2;
+# to 1e-12 (the same computation), the GELU and residual adds composed (--matmul-epilogues composed) against the
+# GEMM epilogues within 1e-2 (BF16 roundings of other values), each run's summary saying which it ran; a checkpoint resumes bit for bit, and at another world size and stage within 1e-2;
 # the steps after the first allocate no memory; --overlap auto, --check-every and --trace work there.
 # A group stalled on every rank ends the job within --comm-timeout with the
 # watchdog's line naming the unit and exit 4.
@@ -30,6 +31,7 @@ run() {  # NAME RANKS FLAGS...: a short run on the fake GPU, its losses in $out/
   [ "$status" = 0 ] || { cat "$out/$name.txt"; fail "$name: exit $status"; }
 }
 run w1 1
+run w1-composed 1 --matmul-epilogues composed
 run w2 2
 run w3-zero3 3 --zero 3
 run w2-tree 2 --allreduce tree
@@ -61,6 +63,9 @@ events = events["traceEvents"] if isinstance(events, dict) else events
 tracks = {(e["pid"], e.get("cat")) for e in events if e.get("ph") == "X"}
 sys.exit(0 if tracks >= {(r, c) for r in (0, 1) for c in ("compute", "communication")} else 1)
 PY
+grep -qF '"matmul_epilogues":"GELU and the residual in the GEMM epilogues"' "$out/w1.jsonl" &&
+  grep -qF '"matmul_epilogues":"composed"' "$out/w1-composed.jsonl" ||
+  fail "the summaries do not say the epilogues were fused in w1 and composed in w1-composed"
 grep -qF "over NCCL " "$out/w2.txt" && grep -qF "non-blocking" "$out/w2.txt" ||
   { cat "$out/w2.txt"; fail "w2: the start-up line does not name the NCCL transport"; }
 
@@ -70,7 +75,7 @@ out = sys.argv[1]
 def losses(name):
     return [r["loss"] for r in map(json.loads, open(f"{out}/{name}.jsonl")) if "loss" in r and "event" not in r]
 failed = False
-for run, reference, bound in [("w2", "w1", 1e-2), ("w3-zero3", "w1", 1e-2), ("w2-tree", "w2", 1e-2),
+for run, reference, bound in [("w1-composed", "w1", 1e-2), ("w2", "w1", 1e-2), ("w3-zero3", "w1", 1e-2), ("w2-tree", "w2", 1e-2),
                               ("w2-native", "w2", 1e-2), ("w2-zero1", "w2", 1e-5), ("w2-zero2", "w2", 1e-5),
                               ("w2-zero3", "w2", 1e-5), ("w2-no-overlap", "w2", 1e-12), ("w2-blocking", "w2", 1e-12)]:
     a, b = losses(run), losses(reference)

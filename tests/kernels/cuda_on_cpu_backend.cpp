@@ -124,10 +124,10 @@ class BlasGemm final : public GemmRunner {
 }  // namespace
 
 std::unique_ptr<Backend> make_harness_backend(const std::string& name, std::unique_ptr<Device> device,
-                                              const Enqueue& enqueue) {
+                                              const Enqueue& enqueue, bool fuse_epilogues) {
   return make_bf16_backend(name, std::move(device),
                            std::make_unique<KernelCalls<HarnessLauncher>>(HarnessLauncher{enqueue}),
-                           std::make_unique<BlasGemm>(enqueue));
+                           std::make_unique<BlasGemm>(enqueue), nullptr, "gemm", fuse_epilogues);
 }
 
 std::unique_ptr<Backend> make_cuda_on_cpu_backend() {

@@ -27,7 +27,7 @@ using Enqueue = std::function<void(std::function<void()>)>;
 // (the fake CUDA runtime's compute stream, tests/comm/nccl_on_cpu/: kernels then run in stream order, after the
 // copies and events queued before them).
 std::unique_ptr<Backend> make_harness_backend(const std::string& name, std::unique_ptr<Device> device,
-                                              const Enqueue& enqueue);
+                                              const Enqueue& enqueue, bool fuse_epilogues = true);
 
 // The backends the suites run on: every backend of the factory, the cpu backend over oneDNN where built with it,
 // and the cuda backend's code on the CPU, which runs wherever the tests do. A backend of the build that cannot run

@@ -45,6 +45,7 @@ const std::map<std::string, Sample>& samples() {
       {"--eval-windows", {"5", "5"}},
       {"--device", {"cpu", "cpu"}},
       {"--attention", {"gemm", "gemm"}},
+      {"--matmul-epilogues", {"composed", "composed"}},
       {"--cpu-gemm", {"onednn", "onednn"}},
       {"--allreduce", {"tree", "tree"}},
       {"--grad-dtype", {"fp32", "fp32"}},

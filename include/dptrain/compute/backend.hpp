@@ -211,16 +211,18 @@ std::string attention_unavailable(std::string_view name, std::string_view mode);
 
 // A backend by name; UserError with backend_unavailable()'s line where it cannot run. cpu_gemm: the cpu backend's
 // sgemm library (cpu_gemm.hpp; OpenBLAS where null), ignored by the others. attention: one of kAttentionModes
-// (UserError with attention_unavailable()'s line where it cannot run).
+// (UserError with attention_unavailable()'s line where it cannot run). fuse_epilogues: GELU and the residual adds in
+// the GEMMs' epilogues where the backend can (the cuda backend; Backend::fuses_matmul_epilogues), else composed.
 std::unique_ptr<Backend> make_backend(std::string_view name, Placement placement = {},
                                       std::shared_ptr<const CpuGemm> cpu_gemm = nullptr,
-                                      std::string_view attention = "auto");
+                                      std::string_view attention = "auto", bool fuse_epilogues = true);
 // The cpu backend multiplies with whatever `*gemm` holds at each call: its owner may change the library before the
 // first operation (--cpu-gemm auto decides once the ranks can time it together), never after.
 std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<const CpuGemm> gemm);
 std::unique_ptr<Backend> make_cpu_backend(std::string_view gemm = "openblas");
 #ifdef DPTRAIN_HAVE_CUDA
-std::unique_ptr<Backend> make_cuda_backend(int gpu, std::string_view attention = "auto");  // src/compute/cuda/
+std::unique_ptr<Backend> make_cuda_backend(int gpu, std::string_view attention = "auto",  // src/compute/cuda/
+                                           bool fuse_epilogues = true);
 std::unique_ptr<Device> make_cuda_device(int gpu);    // the GPU alone (memory, streams, events), made current
 int visible_gpu_count(std::string* reason = nullptr);
 #endif

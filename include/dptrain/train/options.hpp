@@ -33,6 +33,7 @@ struct TrainOptions {
   // Data parallelism.
   std::string device = "auto";  // auto, cpu or cuda
   std::string attention = "auto";   // --attention: compute/backend.hpp's kAttentionModes
+  std::string matmul_epilogues = "fused";  // --matmul-epilogues: fused or composed
   std::string cpu_gemm = "by-cpu";  // the cpu backend's sgemm library (cpu_gemm.hpp, train/cpu_gemm_choice.hpp)
   std::string allreduce = "ring";
   DType grad_dtype = DType::bf16;

@@ -89,13 +89,15 @@ class Scratch {
 class Bf16Backend final : public Backend {
  public:
   Bf16Backend(std::string name, std::unique_ptr<Device> device, std::unique_ptr<Bf16Kernels> kernels,
-              std::unique_ptr<GemmRunner> gemm, std::unique_ptr<FusedAttention> fused, std::string attention)
+              std::unique_ptr<GemmRunner> gemm, std::unique_ptr<FusedAttention> fused, std::string attention,
+              bool fuse_epilogues)
       : name_(std::move(name)),
         device_(std::move(device)),
         kernels_(std::move(kernels)),
         gemm_(std::move(gemm)),
         fused_(std::move(fused)),
         attention_mode_(std::move(attention)),
+        fuse_epilogues_(fuse_epilogues),
         scratch_(*device_) {}
 
   std::string name() const override { return name_; }
@@ -232,9 +234,10 @@ class Bf16Backend final : public Backend {
   }
   // GELU in the product's epilogue where the GEMM runner has a kernel with it for the shape (cuBLASLt's
   // GELU_AUX_BIAS and DGELU; gemm_activation_fusable), else the composition, the shape noted. The residual always:
-  // it is C.
-  bool fuses_matmul_epilogues() const override { return true; }
+  // it is C. Unless told to compose (--matmul-epilogues composed).
+  bool fuses_matmul_epilogues() const override { return fuse_epilogues_; }
   std::string matmul_epilogues() const override {
+    if (!fuse_epilogues_) return "composed";
     std::string words = "GELU and the residual in the GEMM epilogues";
     if (!composed_.empty()) words += "; GELU composed for";
     for (const std::string& shape : composed_) words += " " + shape;
@@ -251,7 +254,8 @@ class Bf16Backend final : public Backend {
     return false;
   }
   void matmul_residual_forward(void* out, const void* residual, const void* in, const void* w, const void* bias,
-                               std::size_t N, std::size_t, std::size_t C, std::size_t OC) override {
+                               std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
+    if (!fuse_epilogues_) return Backend::matmul_residual_forward(out, residual, in, w, bias, N, T, C, OC);
     using R = GemmOperand;
     gemm_->run(with_residual(matmul_forward_plan(N, C, OC, OC, bias != nullptr)),
                {{R::weight, w}, {R::in, in}, {R::out, out}, {R::residual, residual}}, DType::bf16,
@@ -260,18 +264,18 @@ class Bf16Backend final : public Backend {
   void matmul_gelu_forward(void* out, void* pre, const void* in, const void* w, const void* bias, std::size_t N,
                            std::size_t T, std::size_t C, std::size_t OC) override {
     using R = GemmOperand;
-    if (fused_activation(matmul_forward_plan(N, C, OC, OC, bias != nullptr, GemmActivation::gelu),
-                         {{R::weight, w}, {R::in, in}, {R::out, out}, {R::pre, pre}}, aligned_bias(bias, OC),
-                         "gelu forward", N, C, OC))
+    if (fuse_epilogues_ && fused_activation(matmul_forward_plan(N, C, OC, OC, bias != nullptr, GemmActivation::gelu),
+                                            {{R::weight, w}, {R::in, in}, {R::out, out}, {R::pre, pre}},
+                                            aligned_bias(bias, OC), "gelu forward", N, C, OC))
       return;
     Backend::matmul_gelu_forward(out, pre, in, w, bias, N, T, C, OC);
   }
   void gelu_matmul_backward(void* dpre, void* dw, void* dbias, const void* dout, const void* in, const void* w,
                             const void* pre, std::size_t N, std::size_t T, std::size_t C, std::size_t OC) override {
     using R = GemmOperand;
-    if (!fused_activation(matmul_backward_input_plan(N, C, OC, OC, GemmActivation::dgelu),
-                          {{R::weight, w}, {R::dout, dout}, {R::din, dpre}, {R::pre, pre}}, nullptr, "gelu backward",
-                          N, C, OC))
+    if (!fuse_epilogues_ || !fused_activation(matmul_backward_input_plan(N, C, OC, OC, GemmActivation::dgelu),
+                                              {{R::weight, w}, {R::dout, dout}, {R::din, dpre}, {R::pre, pre}},
+                                              nullptr, "gelu backward", N, C, OC))
       return Backend::gelu_matmul_backward(dpre, dw, dbias, dout, in, w, pre, N, T, C, OC);
     matmul_backward(nullptr, dw, dbias, dout, in, w, N, T, C, OC, OC);  // the parameter gradients
   }
@@ -383,6 +387,7 @@ class Bf16Backend final : public Backend {
   std::unique_ptr<FusedAttention> fused_;
   std::string attention_mode_;
   std::string attention_name_ = "gemm";  // of the shape reserve_scratch was given
+  bool fuse_epilogues_;
   Scratch scratch_;
   int reserved_views_ = 0;
   std::vector<const void*> live_views_;
@@ -393,9 +398,10 @@ class Bf16Backend final : public Backend {
 
 std::unique_ptr<Backend> make_bf16_backend(std::string name, std::unique_ptr<Device> device,
                                            std::unique_ptr<Bf16Kernels> kernels, std::unique_ptr<GemmRunner> gemm,
-                                           std::unique_ptr<FusedAttention> fused, std::string attention) {
+                                           std::unique_ptr<FusedAttention> fused, std::string attention,
+                                           bool fuse_epilogues) {
   return std::make_unique<Bf16Backend>(std::move(name), std::move(device), std::move(kernels), std::move(gemm),
-                                       std::move(fused), std::move(attention));
+                                       std::move(fused), std::move(attention), fuse_epilogues);
 }
 
 }  // namespace dptrain

@@ -32,13 +32,13 @@ std::unique_ptr<FusedAttention> fused_attention([[maybe_unused]] cudaStream_t st
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int gpu, std::string_view attention) {
+std::unique_ptr<Backend> make_cuda_backend(int gpu, std::string_view attention, bool fuse_epilogues) {
   auto device = std::make_unique<cuda::CudaDevice>(gpu);
   auto kernels = cuda::make_stream_kernels(device->stream());
   auto gemm = std::make_unique<cuda::CublasLtGemm>(*device, device->stream());
   auto fused = fused_attention(device->stream(), attention);
   return make_bf16_backend("cuda", std::move(device), std::move(kernels), std::move(gemm), std::move(fused),
-                           std::string(attention));
+                           std::string(attention), fuse_epilogues);
 }
 
 std::unique_ptr<Device> make_cuda_device(int gpu) { return std::make_unique<cuda::CudaDevice>(gpu); }

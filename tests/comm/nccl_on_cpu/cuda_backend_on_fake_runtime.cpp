@@ -13,12 +13,13 @@
 
 namespace dptrain {
 
-std::unique_ptr<Backend> make_cuda_backend(int gpu, std::string_view /*attention: the GEMM attention only*/) {
+std::unique_ptr<Backend> make_cuda_backend(int gpu, std::string_view /*attention: the GEMM attention only*/,
+                                           bool fuse_epilogues) {
   auto device = std::make_unique<cuda::CudaDevice>(gpu);
   cudaStream_t stream = device->stream();
-  return test::make_harness_backend("cuda", std::move(device), [stream](std::function<void()> work) {
-    fake_cuda::enqueue(stream, std::move(work));
-  });
+  return test::make_harness_backend(
+      "cuda", std::move(device),
+      [stream](std::function<void()> work) { fake_cuda::enqueue(stream, std::move(work)); }, fuse_epilogues);
 }
 
 std::unique_ptr<Device> make_cuda_device(int gpu) { return std::make_unique<cuda::CudaDevice>(gpu); }
