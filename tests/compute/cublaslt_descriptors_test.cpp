@@ -85,9 +85,9 @@ void expect_describes(const GemmPlan& p, cudaDataType_t d_type) {
   if (p.bias_epilogue) {
     EXPECT_EQ(operation_attribute<std::int32_t>(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), CUDA_R_16BF);
   }
-  if (p.activation != GemmActivation::none) {  // pre: BF16 in D's layout
+  if (p.activation != GemmActivation::none) {  // pre in D's layout, of D's type (the default, -1: unset)
     EXPECT_EQ(operation_attribute<std::int64_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD), p.ldc);
-    EXPECT_EQ(operation_attribute<std::int32_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE), CUDA_R_16BF);
+    EXPECT_EQ(operation_attribute<std::int32_t>(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE), -1);
   }
 }
 

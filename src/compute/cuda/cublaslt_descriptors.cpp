@@ -56,13 +56,12 @@ CublasLtDescriptors::CublasLtDescriptors(const GemmPlan& plan, cudaDataType_t d_
       DP_CUDA(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                              sizeof bias_type));
     }
-    if (plan.activation != GemmActivation::none) {  // pre: BF16, D's leading dimension
+    // pre: D's leading dimension, and D's type (BF16) by cuBLASLt's default for the GELU input, which is left unset:
+    // set, a type the kernels do not take makes the matmul call fail rather than the heuristic.
+    if (plan.activation != GemmActivation::none) {
       const std::int64_t pre_ld = plan.ldc;
-      const std::int32_t pre_type = CUDA_R_16BF;
       DP_CUDA(
           cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &pre_ld, sizeof pre_ld));
-      DP_CUDA(cublasLtMatmulDescSetAttribute(operation_, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &pre_type,
-                                             sizeof pre_type));
     }
     // Column-major op(A) is m×k, op(B) k×n: A is stored k×m when transposed, B n×k.
     const bool ta = plan.transa == GemmOp::T, tb = plan.transb == GemmOp::T;
