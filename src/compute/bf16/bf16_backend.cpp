@@ -18,6 +18,8 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "dptrain/core/bf16.hpp"
@@ -240,17 +242,17 @@ class Bf16Backend final : public Backend {
     if (!fuse_epilogues_) return "composed";
     std::string words = "GELU and the residual in the GEMM epilogues";
     if (!composed_.empty()) words += "; GELU composed for";
-    for (const std::string& shape : composed_) words += " " + shape;
+    for (const auto& [what, N, C, OC, fusable] : composed_)
+      words += fmt::format(" [{} {}×{}→{}: {}]", what, N, C, OC,
+                           fusable ? "no kernel took the epilogue" : "k or the row length not a multiple of 8");
     return words;
   }
   // Runs `plan` with its activation where it can; false (the shape noted) where the caller must compose.
   bool fused_activation(const GemmPlan& plan, std::initializer_list<GemmTensor> tensors, const void* bias,
-                        const char* what, std::size_t N, std::size_t C, std::size_t OC) {
+                        std::string_view what, std::size_t N, std::size_t C, std::size_t OC) {
     const bool fusable = gemm_activation_fusable(plan);
     if (fusable && gemm_->try_run_with_activation(plan, tensors, bias)) return true;
-    composed_.insert(
-        fmt::format("[{} {}×{}→{}: {}]", what, N, C, OC,
-                    fusable ? "no kernel took the epilogue" : "k or the row length not a multiple of 8"));
+    composed_.insert({what, N, C, OC, fusable});  // every step: a lookup, no formatting
     return false;
   }
   void matmul_residual_forward(void* out, const void* residual, const void* in, const void* w, const void* bias,
@@ -391,7 +393,8 @@ class Bf16Backend final : public Backend {
   Scratch scratch_;
   int reserved_views_ = 0;
   std::vector<const void*> live_views_;
-  std::set<std::string> composed_;  // the GELU products that ran as the composition, in words
+  // The GELU products that ran as the composition: (what, N, C, OC, whether the shape was fusable).
+  std::set<std::tuple<std::string_view, std::size_t, std::size_t, std::size_t, bool>> composed_;
 };
 
 }  // namespace
