@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO stages 0–3 side by side: per-rank memory by category (measured against SYSTEMS-MODEL.md's formula), bytes
+# ZeRO stages 0–3 side by side: per-rank memory by category (measured against docs/systems-model.md's formula), bytes
 # sent per step (measured against the formula) and step time, for the small config and for the GPT-2 124M shape
 # (a few steps with short windows, so it fits a laptop).
 #

@@ -4,7 +4,7 @@
 # libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev).
 #   scripts/fuzz-checkpoint.sh [seconds per target, default 60]
 # Builds into $DPTRAIN_FUZZ_BUILD (default build-fuzz/); a crash leaves its input there (crash-*) and exits non-zero:
-# turn it into a regression test in tests/train/checkpoint_fuzz_regression_test.cpp.
+# turn it into a regression test beside tests/train/checkpoint_integrity_test.cpp.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"

@@ -465,7 +465,7 @@ void print_row(const BenchResult& r, bool with_estimate) {
   std::fflush(stdout);
 }
 
-// The α–β model of one benchmark row: which collective formula (SYSTEMS-MODEL.md) its time follows.
+// The α–β model of one benchmark row: which collective formula (docs/systems-model.md) its time follows.
 cost::Collective modelled_collective(BenchOp op, const std::string& algo) {
   switch (op) {
     case BenchOp::allreduce:

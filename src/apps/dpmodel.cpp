@@ -1,4 +1,4 @@
-// dpmodel: the α–β systems model on the command line (SYSTEMS-MODEL.md). Reads which model, GPUs, link and
+// dpmodel: the α–β systems model on the command line (docs/systems-model.md). Reads which model, GPUs, link and
 // device to ask about, lets cost/ do the arithmetic, and prints Markdown tables or one JSON object.
 //
 //   dpmodel --model llama-7b --gpus 8 --link nvlink-h100            the reference report
@@ -263,7 +263,7 @@ int run(const Options& given) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dpmodel: the α–β systems model of data-parallel training (SYSTEMS-MODEL.md)"};
+  CLI::App app{"dpmodel: the α–β systems model of data-parallel training (docs/systems-model.md)"};
   Options options;
   add_options(app, options);
   try {

@@ -10,14 +10,14 @@
 namespace dptrain::cost {
 namespace {
 
-// Dense BF16 peak without sparsity (SYSTEMS-MODEL.md "Presets").
+// Dense BF16 peak without sparsity (docs/systems-model.md "Presets").
 constexpr std::array kDevicePresets = {
     DevicePreset{"h100", "H100 SXM", 989e12},
     DevicePreset{"h200", "H200", 989e12},
     DevicePreset{"a100", "A100", 312e12},
 };
 
-// SYSTEMS-MODEL.md "Reference": 4M-token batches of 4096-token sequences.
+// docs/systems-model.md "Reference": 4M-token batches of 4096-token sequences.
 constexpr std::array kModelPresets = {
     ModelPreset{"llama-7b",
                 ModelShape{.params = 6'738'149'376, .layers = 32, .width = 4096, .seq = 4096,

@@ -12,7 +12,7 @@
 namespace dptrain::cost {
 namespace {
 
-// SYSTEMS-MODEL.md "Presets": per GPU, one direction.
+// docs/systems-model.md "Presets": per GPU, one direction.
 constexpr std::array kLinkPresets = {
     LinkPreset{"nvlink-h100", "NVLink", Link{5e-6, 450e9}},     // NVLink 900 GB/s total
     LinkPreset{"ib-400g", "InfiniBand", Link{10e-6, 50e9}},     // 400 Gb/s per GPU

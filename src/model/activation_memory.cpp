@@ -14,7 +14,7 @@ constexpr double kAlignment = 256;  // Memory::kAlignment
 }  // namespace
 
 double activation_arena_bytes(const ModelConfig& c, double windows, double A, double G, double saved) {
-  const double N = windows * c.seq, C = c.width, T = c.seq, V = c.vocab, Vp = c.logits_row_length(), F = 4, I = 4;
+  const double N = windows * c.seq, C = c.width, V = c.vocab, Vp = c.logits_row_length(), F = 4, I = 4;
   std::vector<double> tensors = {N * I, N * I, N * C * A};  // inputs, targets, embedded
   const double probs = windows * c.heads * saved;
   // Per block: ln1, its mean and rstd, qkv, what attention saves, atty, res2, ln2, its mean and rstd, fch, fch_gelu, out.

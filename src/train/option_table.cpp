@@ -203,7 +203,7 @@ std::vector<TrainOption> make_table() {
             "α–β link of the model: nvlink-h100, ib-400g, wan-100g, a link.json, or alpha=5us,bw=450GB/s "
             "(default: calibrated at start-up)",
             DPTRAIN_FIELD(link), all, unsaved, Shown::nothing),
-      entry("--peak-tflops", "Per-rank peak TFLOP/s for MFU (0: measured by an sgemm probe)",
+      entry("--peak-tflops", "Per-rank peak TFLOP/s for MFU (0: a known GPU's datasheet figure, else a GEMM probe)",
             DPTRAIN_FIELD(peak_tflops), all, unsaved),
       // Only this rank's speed depends on it: each rank reduces its own windows in a fixed order and the
       // all-reduce leaves every rank the same gradient, so hosts with different core counts may differ.

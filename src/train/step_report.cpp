@@ -51,7 +51,7 @@ StepComm account_step_comm(const std::vector<CommRecord>& calls, const std::vect
 
 StepReport step_report(const RunShape& run, int step, double lr, double seconds, const StepResult& result,
                        const StepComm& comm, std::optional<double> val_loss) {
-  // SYSTEMS-MODEL.md's step at the probed peak (η = 1): compute + comm, or compute + max(0, comm − backward)
+  // docs/systems-model.md's step at the probed peak (η = 1): compute + comm, or compute + max(0, comm − backward)
   // with overlap.
   const cost::StepTime model = cost::model_step(run.flops_per_step, run.ranks, run.peak_flops, 1.0, comm.model_seconds);
   const double step_model_seconds = run.overlap ? model.overlapped_step_s : model.waiting_step_s;

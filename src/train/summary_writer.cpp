@@ -72,7 +72,7 @@ RunSummary run_summary(const SummaryInputs& in) {
         1e3 * t.skew * per_step, 1e3 * t.exposed * per_step,
         1e3 * t.exposed_model * per_step, 100 * hidden, 100 * hidden_model));
 
-  // Bytes each rank sends per step and memory per rank, against SYSTEMS-MODEL.md's ZeRO formulas.
+  // Bytes each rank sends per step and memory per rank, against docs/systems-model.md's ZeRO formulas.
   const double params = double(in.parameters), grad_bytes = double(element_size(o.grad_dtype));
   auto bytes_formula = [&](double n) {
     return cost::zero_bytes_sent_per_accumulated_step(o.zero, n, run.ranks, o.grad_accum, grad_bytes);

@@ -462,7 +462,7 @@ TEST(GemmPlan, ProblemsNameActivationsOnBatchedPlansAndDgeluWithABias) {
   EXPECT_EQ(gemm_plan_problem(dgelu_with_bias), "dgelu takes no bias");
 }
 
-// ---- the fields, against the table of CUDA.md ---------------------------------------------------------------
+// ---- the fields, against the table of docs/cuda.md ---------------------------------------------------------------
 
 TEST(GemmPlan, MatmulPlansMatchTheTableOfCudaMd) {
   const std::int64_t N = 6, C = 16, OC = 24, Vp = 64;

@@ -49,8 +49,9 @@ class MatmulGelu : public test::BackendTest<> {
   void expect_tanh_form(double got, double x, double tanh_form, double erf_form, double tail,
                         const char* what) const {
     EXPECT_NEAR(got, tanh_form, bound(tanh_form, x)) << what << " at x = " << x;
-    if (x <= tail)
+    if (x <= tail) {
       ASSERT_GT(std::abs(tanh_form - erf_form), 4 * bound(tanh_form, x)) << "the test cannot tell the forms apart";
+    }
   }
 };
 
@@ -91,9 +92,12 @@ TEST_P(MatmulGelu, ForwardIsTheTanhGeluOfTheProductAndKeepsTheProduct) {
   const auto says = [&note](const char* what) { return note.find(what) != std::string::npos; };
   EXPECT_EQ(says("gelu forward 7×13→5: k or the row length not a multiple of 8"), be->fuses_matmul_epilogues())
       << note;
-  if (be->name() == test::kCudaOnCpu) EXPECT_FALSE(says("9×8→16")) << note;  // the harness has every kernel
-  if (be->name() == test::kCudaOnCpuRefusingEpilogues)
+  if (be->name() == test::kCudaOnCpu) {
+    EXPECT_FALSE(says("9×8→16")) << note;  // the harness has every kernel
+  }
+  if (be->name() == test::kCudaOnCpuRefusingEpilogues) {
     EXPECT_TRUE(says("gelu forward 9×8→16: no kernel took the epilogue")) << note;
+  }
 }
 
 // dpre[i,c] = (dout[i]·w)[c]·gelu'(pre[i,c]) with dout[i] = e_(i mod OC) and w's rows all ones: dpre = gelu'(pre),

@@ -1,4 +1,4 @@
-// The collectives of SYSTEMS-MODEL.md: the LLaMA-7B reference rows (numbers and printed strings), 64 GPUs on
+// The collectives of docs/systems-model.md: the LLaMA-7B reference rows (numbers and printed strings), 64 GPUs on
 // ib-400g computed here by hand from the formulas, and the edge cases.
 #include <gtest/gtest.h>
 

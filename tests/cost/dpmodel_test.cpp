@@ -1,4 +1,4 @@
-// Runs the dpmodel binary: the reference command prints SYSTEMS-MODEL.md's numbers, --json agrees, project
+// Runs the dpmodel binary: the reference command prints docs/systems-model.md's numbers, --json agrees, project
 // configs work, and bad input is one line `dpmodel: ...` with exit code 2.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -89,7 +89,7 @@ TEST(Dpmodel, ProjectConfigGivesParameterCountAndTokens) {
                                    "per step)"))
       << run.output;
   EXPECT_TRUE(contains(run.output, "4 × A100 (312 TFLOP/s")) << run.output;
-  // Memory per GPU in GB as SYSTEMS-MODEL.md prints it, however small: 16 B × N = 52.1 MB at stage 0.
+  // Memory per GPU in GB as docs/systems-model.md prints it, however small: 16 B × N = 52.1 MB at stage 0.
   EXPECT_TRUE(contains(run.output, "| 0 | 0.01 GB | 0.01 GB | 0.04 GB | 0.05 GB | 0.01 GB |")) << run.output;
 }
 

@@ -12,7 +12,7 @@
 namespace dptrain::cost {
 namespace {
 
-// A dpbench-like sweep: 1 KB to 1 GB in steps of 4×, every time from the SYSTEMS-MODEL.md formula by hand.
+// A dpbench-like sweep: 1 KB to 1 GB in steps of 4×, every time from the docs/systems-model.md formula by hand.
 std::vector<TimingSample> ring_sweep(int p, double alpha, double bandwidth) {
   std::vector<TimingSample> samples;
   for (double bytes = 1024; bytes <= 1.1e9; bytes *= 4) {

@@ -54,7 +54,7 @@ TEST(Link, ParsesSpecInAnyOrder) {
 TEST(Link, ParsesGammaAsTimePerByteOrAsARate) {
   EXPECT_EQ(parse_link_spec("alpha=5us,bw=450GB/s,gamma=2ns/B"), (Link{5e-6, 450e9, 2e-9}));
   EXPECT_EQ(parse_link_spec("gamma=10GB/s,alpha=5us,bw=450GB/s"), (Link{5e-6, 450e9, 1 / 10e9}));
-  EXPECT_EQ(parse_link("ib-400g").gamma_s_per_byte, 0.0);  // presets add for free, as SYSTEMS-MODEL.md
+  EXPECT_EQ(parse_link("ib-400g").gamma_s_per_byte, 0.0);  // presets add for free, as docs/systems-model.md
   EXPECT_EQ(describe(Link{5e-6, 450e9, 2e-9}), "α = 5 µs, B = 450 GB/s, γ = 2 ns/B");
 }
 

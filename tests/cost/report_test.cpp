@@ -1,4 +1,4 @@
-// The report for LLaMA 7B on 8 GPUs over NVLink contains SYSTEMS-MODEL.md's reference rows verbatim.
+// The report for LLaMA 7B on 8 GPUs over NVLink contains docs/systems-model.md's reference rows verbatim.
 #include <gtest/gtest.h>
 
 #include "dptrain/core/error.hpp"

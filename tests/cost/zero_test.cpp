@@ -20,7 +20,7 @@ TEST(Zero, Stage2On8GpusReference) {
   EXPECT_DOUBLE_EQ(memory.total_bytes(), 2 * kPsi + 14 * kPsi / 8);
 }
 
-// The SYSTEMS-MODEL.md table, row by row, for d = 64.
+// The docs/systems-model.md table, row by row, for d = 64.
 TEST(Zero, EveryStageOn64GpusFromTheTable) {
   const double d = 64, k = 12, all_reduce = 2 * (d - 1) / d * 2 * kPsi;
   struct Row { double weights, gradients, optimizer, total, sent; };

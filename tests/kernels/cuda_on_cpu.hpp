@@ -3,14 +3,14 @@
 // thread, switched at __syncthreads and at warp shuffles: cheap enough to run a whole model's kernels in a test.
 // Built with -DDPTRAIN_CUDA_ON_CPU_THREADS they are real std::threads instead, __syncthreads a std::barrier, so
 // that ThreadSanitizer sees races between them (the NAME_threads_test builds of tests/kernels/CMakeLists.txt).
-// What it allows (../CUDA.md, "Testing without a GPU"): __global__/__device__ functions (__launch_bounds__, a hint
-// to nvcc's register allocation, means nothing here), blockIdx, threadIdx,
-// blockDim, gridDim, static __shared__ arrays (one block runs at a time, so a static variable is the block's shared
-// memory), one dynamic shared buffer per block (DPTRAIN_DYNAMIC_SHARED in kernels/common.cuh, sized by the
-// launch), __syncthreads reached by every thread, full-mask __shfl_xor_sync/__shfl_down_sync within warps of 32
-// (blockDim.x a multiple of 32), 16-byte accesses through kernels/vectorized.cuh (their alignment checked), and
-// launch<<<>>> through `launch(kernel, grid, block, args...)`.
-// Not allowed: warp-synchronous code without a shuffle, inline PTX, tensor cores, spinning on other blocks' flags.
+// What it allows (docs/cuda.md, "Kernels, checked on the CPU"): __global__/__device__ functions (__launch_bounds__, a
+// hint to nvcc's register allocation, means nothing here), blockIdx, threadIdx, blockDim, gridDim, static __shared__
+// arrays (one block runs at a time, so a static variable is the block's shared memory), one dynamic shared buffer per
+// block (DPTRAIN_DYNAMIC_SHARED in kernels/common.cuh, sized by the launch), __syncthreads reached by every thread,
+// full-mask __shfl_xor_sync/__shfl_down_sync within warps of 32 (blockDim.x a multiple of 32), 16-byte accesses
+// through kernels/vectorized.cuh (their alignment checked), and launch<<<>>> through `launch(kernel, grid, block,
+// args...)`. Not allowed: warp-synchronous code without a shuffle, inline PTX, tensor cores, spinning on other
+// blocks' flags.
 #pragma once
 #ifdef __CUDACC__
 #error "cuda_on_cpu.hpp is for g++ builds of the kernels; nvcc has the real thing"

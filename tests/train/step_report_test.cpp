@@ -112,6 +112,7 @@ TEST(RunSummary, LinesAndRecord) {
                                           .overlap_choice = {{"mode", "on"}, {"overlap", true}},
                                           .cpu_gemm = nullptr,
                                           .attention = "gemm",
+                                          .matmul_epilogues = "composed",
                                           .host_cpu = {}});
   ASSERT_EQ(summary.lines.size(), 5u + 9u);  // done, table header and row, per step, bytes; memory header + 8
   EXPECT_EQ(summary.lines[0], "dptrain | done: 2 steps | final loss 5.0000 | val 4.5000 | 10.0 ms/step | 12.8k tok/s");

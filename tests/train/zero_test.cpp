@@ -1,6 +1,6 @@
 // ZeRO stages 0–3 end to end under mpiexec (ring, fp32 wire unless said otherwise): every stage, with overlap on
 // or off, trains bitwise the same model at a given world size; the summary's memory per rank is exactly what the
-// padded units hold and within the padding of SYSTEMS-MODEL.md's formula; the bytes each rank sends per step are
+// padded units hold and within the padding of docs/systems-model.md's formula; the bytes each rank sends per step are
 // exactly the padded formula; checkpoints resume at another world size and stage; tree and native agree with the
 // ring.
 #include <gtest/gtest.h>
@@ -78,7 +78,7 @@ void check_memory_and_bytes(const nlohmann::json& summary, int stage, int world,
       expected_measured = c.per_element * (c.sharded ? shard : N);
     EXPECT_EQ(row["measured"].get<double>(), expected_measured);
     EXPECT_EQ(row["measured_max_rank"].get<double>(), expected_measured);  // every rank holds the same
-    // Modelled: SYSTEMS-MODEL.md over Ψ = N, sharded = divided by d.
+    // Modelled: docs/systems-model.md over Ψ = N, sharded = divided by d.
     const double modelled = c.per_element * (c.sharded ? N / d : N);
     EXPECT_DOUBLE_EQ(row["modelled"].get<double>(), modelled);
     // The padding: at most world·32 − 1 elements per unit, of which a rank holds 1/d when sharded.

@@ -1,8 +1,8 @@
-// Time, wire bytes and payload of the collectives on an α–β link (SYSTEMS-MODEL.md "Links"), for p ranks.
+// Time, wire bytes and payload of the collectives on an α–β link (docs/systems-model.md "Links"), for p ranks.
 // Every time has the form  t = alpha_count·α + bandwidth_bytes/B + reduced_bytes·γ , which the fit (fit.hpp)
 // inverts. reduced_bytes is what a rank adds on the critical path: ring all-reduce and reduce-scatter (p−1)/p·M,
 // the tree up to two children's M per level on the way up (2⌈log2 p⌉·M, M for p = 2), the all-gathers nothing.
-// With γ = 0 (every preset) the times are SYSTEMS-MODEL.md's to the last digit.
+// With γ = 0 (every preset) the times are docs/systems-model.md's to the last digit.
 //
 //   collective                        alpha_count   bandwidth_bytes      wire bytes each rank sends  payload
 //   ring all-reduce (M)               2(p−1)        2(p−1)/p·M           2(p−1)/p·M                  M

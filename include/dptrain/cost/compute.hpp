@@ -1,5 +1,5 @@
-// Compute time, step time and MFU (SYSTEMS-MODEL.md "Compute, step time, MFU"), and the overlap of gradient
-// collectives with the backward pass simulated from per-unit times (DESIGN.md "Overlap").
+// Compute time, step time and MFU (docs/systems-model.md "Compute, step time, MFU"), and the overlap of gradient
+// collectives with the backward pass simulated from per-unit times (docs/overlap.md).
 #pragma once
 #include <span>
 #include <vector>

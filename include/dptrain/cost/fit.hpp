@@ -18,7 +18,7 @@ struct TimingSample {
 };
 
 enum class FitWeighting {
-  absolute,  // minimise Σ (t̂ − t)²: the plain least squares of SYSTEMS-MODEL.md
+  absolute,  // minimise Σ (t̂ − t)²: the plain least squares of docs/systems-model.md
   relative,  // minimise Σ ((t̂ − t)/t)²: every size counts alike, so α is not drowned by the largest messages
 };
 

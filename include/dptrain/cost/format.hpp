@@ -1,4 +1,4 @@
-// How the systems model prints numbers (SYSTEMS-MODEL.md: 10^9 bytes per GB; "52.5 ms", "23.58 GB") and the
+// How the systems model prints numbers (docs/systems-model.md: 10^9 bytes per GB; "52.5 ms", "23.58 GB") and the
 // Markdown tables it prints them in.
 #pragma once
 #include <cstdint>
@@ -12,8 +12,8 @@ namespace dptrain::cost {
 std::string format_seconds(double seconds);
 // Bytes in powers of 10^3, two decimals: "23.58 GB", "1.68 GB", "512.00 KB", "12 B". GB is the largest unit.
 std::string format_bytes(double bytes);
-// Bytes in GB whatever their size, two decimals: "0.21 GB", "25.27 GB" — the ZeRO table's unit in SYSTEMS-MODEL.md,
-// so that a column of stages reads in one unit.
+// Bytes in GB whatever their size, two decimals: "0.21 GB", "25.27 GB" — the ZeRO table's unit in
+// docs/systems-model.md, so that a column of stages reads in one unit.
 std::string format_gigabytes(double bytes);
 // A fraction as a percentage, one decimal: 0.4729 → "47.3%".
 std::string format_percent(double fraction);
@@ -22,7 +22,7 @@ std::string format_flops(double flops);
 // Thousands separated by commas: 6738149376 → "6,738,149,376".
 std::string format_count(std::int64_t count);
 
-// A GitHub-flavoured Markdown table, unpadded, exactly as SYSTEMS-MODEL.md writes its tables.
+// A GitHub-flavoured Markdown table, unpadded, exactly as docs/systems-model.md writes its tables.
 class MarkdownTable {
  public:
   explicit MarkdownTable(std::vector<std::string> header);

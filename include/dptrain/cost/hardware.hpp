@@ -7,7 +7,7 @@
 
 namespace dptrain::cost {
 
-// η: the fraction of peak that the model's matmuls reach, unless measured (SYSTEMS-MODEL.md).
+// η: the fraction of peak that the model's matmuls reach, unless measured (docs/systems-model.md).
 inline constexpr double kDefaultMatmulEfficiency = 0.473;
 
 struct DevicePreset {
@@ -38,7 +38,7 @@ struct ModelPreset {
   ModelShape shape;
 };
 
-// llama-7b: N = 6,738,149,376; L = 32; H = 4096; Q = 4096; D = 1,048,576 (SYSTEMS-MODEL.md reference).
+// llama-7b: N = 6,738,149,376; L = 32; H = 4096; Q = 4096; D = 1,048,576 (docs/systems-model.md reference).
 std::span<const ModelPreset> model_presets();
 const ModelPreset* find_model_preset(std::string_view name);  // nullptr when unknown
 

@@ -1,4 +1,4 @@
-// The α–β link: sending n bytes costs α + n/B (SYSTEMS-MODEL.md "Links"), the link presets, and the parser for
+// The α–β link: sending n bytes costs α + n/B (docs/systems-model.md "Links"), the link presets, and the parser for
 // `--link` values such as `alpha=5us,bw=450GB/s`. Units: seconds and bytes per second, 10^9 bytes per GB.
 #pragma once
 #include <span>
@@ -11,7 +11,7 @@ struct Link {
   double alpha_s = 0;        // α: fixed cost of one message, seconds
   double bandwidth_Bps = 0;  // B: one-direction bandwidth per rank, bytes per second
   // γ: seconds per byte a rank adds into its accumulator (the reduction's own cost, on the rank's cores). Zero in
-  // the presets and in SYSTEMS-MODEL.md's formulas, where the adds are taken to hide behind the transfer.
+  // the presets and in docs/systems-model.md's formulas, where the adds are taken to hide behind the transfer.
   double gamma_s_per_byte = 0;
 
   // α + n/B: the time to send one message of `bytes` bytes.

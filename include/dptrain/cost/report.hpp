@@ -1,5 +1,5 @@
-// The text `dpmodel` prints: Markdown tables laid out as in SYSTEMS-MODEL.md ("| NVLink, 8 GPUs | ring all-reduce
-// | 52.5 ms | 23.58 GB |"). Pure string building; the app writes it out.
+// The text `dpmodel` prints: Markdown tables laid out as in docs/systems-model.md ("| NVLink, 8 GPUs | ring
+// all-reduce | 52.5 ms | 23.58 GB |"). Pure string building; the app writes it out.
 #pragma once
 #include <span>
 #include <string>

@@ -1,4 +1,4 @@
-// ZeRO memory per rank and bytes sent per step, stages 0–3 (SYSTEMS-MODEL.md "Memory per rank").
+// ZeRO memory per rank and bytes sent per step, stages 0–3 (docs/systems-model.md "Memory per rank").
 // Ψ parameters, d data-parallel ranks; BF16 weights (2Ψ), BF16 gradients (2Ψ), fp32 master + Adam m + v (KΨ, K = 12).
 #pragma once
 

@@ -84,7 +84,7 @@ struct OptimizerSettings {
   double lr = 0, weight_decay = 0, grad_clip = 0;
 };
 
-// Bytes this rank holds, by category. weights, gradients and optimizer are what SYSTEMS-MODEL.md's ZeRO table
+// Bytes this rank holds, by category. weights, gradients and optimizer are what docs/systems-model.md's ZeRO table
 // counts.
 struct MemoryUse {
   std::size_t weights = 0, gradients = 0, optimizer = 0;

@@ -26,7 +26,7 @@ void validate(const ModelConfig& config);
 // Exact number of parameters N (embeddings included; the LM head is tied to the token embedding).
 std::int64_t parameter_count(const ModelConfig& config);
 
-// Model FLOPs per token for training: 6N + 12·L·H·Q (SYSTEMS-MODEL.md; PaLM appendix B).
+// Model FLOPs per token for training: 6N + 12·L·H·Q (docs/systems-model.md; PaLM appendix B).
 double training_flops_per_token(const ModelConfig& config);
 
 std::string describe(const ModelConfig& config);

@@ -1,5 +1,5 @@
 // The memory part of the run summary: this rank's bytes per category (and the largest over ranks) next to
-// SYSTEMS-MODEL.md's ZeRO formula for weights, gradients and optimizer state, plus the peak resident set.
+// docs/systems-model.md's ZeRO formula for weights, gradients and optimizer state, plus the peak resident set.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 // The end-of-run summary: the totals the steps accumulate, and from them the printed lines (the done line, the
 // per-collective table of measured against modelled time, communication hidden per step, bytes sent and memory
-// per rank against SYSTEMS-MODEL.md's ZeRO formulas) and the {"event":"summary"} JSONL record. Pure: the caller
+// per rank against docs/systems-model.md's ZeRO formulas) and the {"event":"summary"} JSONL record. Pure: the caller
 // gathers the per-rank figures, prints and writes.
 #pragma once
 #include <cmath>
