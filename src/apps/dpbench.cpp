@@ -31,6 +31,7 @@
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/fit.hpp"
 #include "dptrain/cost/link.hpp"
+#include "dptrain/train/cli_checks.hpp"
 #include "dptrain/train/run_transport.hpp"
 #if DPTRAIN_HAVE_NCCL
 #include "dptrain/comm/nccl_transport.hpp"
@@ -126,27 +127,36 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("-b,--minbytes", min_bytes, "smallest message in bytes (K, M, G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", max_bytes, "largest message in bytes")->capture_default_str();
   app.add_option("-f,--stepfactor", options.factor, "size multiplier between rows (integer ≥ 2)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(dptrain::whole_number<int>());
   app.add_option("-o,--op", op, "allreduce, reduce_scatter, all_gather, sendrecv, or all (the three collectives)")
       ->capture_default_str();
   app.add_option("-a,--algo", algo, "ring, tree, native or all (ignored by sendrecv)")->capture_default_str();
   app.add_option("-d,--datatype", dtype, "bf16 or fp32")->capture_default_str();
-  app.add_option("-n,--iters", options.iters, "timed iterations per row")->capture_default_str();
-  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations before them")->capture_default_str();
+  app.add_option("-n,--iters", options.iters, "timed iterations per row")
+      ->capture_default_str()
+      ->check(dptrain::whole_number<int>());
+  app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations before them")
+      ->capture_default_str()
+      ->check(dptrain::whole_number<int>());
   app.add_option("--fit", options.fit,
                  "fit α and β (and γ, the reduction's cost per byte added, with --op all) to the sweep by least "
                  "squares (per algorithm) and write the first algorithm's to this link.json (for dptrain --link)");
-  app.add_option("-c,--check", check, "1: verify results and count wrong elements")->capture_default_str();
+  app.add_option("-c,--check", check, "1: verify results and count wrong elements")
+      ->capture_default_str()
+      ->check(dptrain::whole_number<int>());
   app.add_option("--json", options.json, "also write the rows as a JSON array to this file");
   app.add_option("--ring-piece", piece, "ring message size in bytes (K, M, G suffixes; 'chunk' = unpipelined)");
   app.add_option("--device", options.device, "cpu (MPI, host buffers) or cuda (NCCL, GPU buffers)")
       ->capture_default_str();
   app.add_option("--comm-timeout", options.comm_timeout,
                  "cuda: seconds an operation may take before the job is ended on every rank")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(dptrain::finite_number());
   app.add_flag("--nccl-blocking", options.nccl_blocking,
                "cuda: a blocking NCCL communicator, each group launched on the calling thread (default: "
-               "non-blocking, NCCL starts a thread per group)");
+               "non-blocking, NCCL starts a thread per group)")
+      ->check(dptrain::true_or_false());
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -189,7 +199,7 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   if (options.device == "cuda") options.ring_piece_bytes = kNcclRingPieceBytes;
   if (piece == "chunk")
     options.ring_piece_bytes = SIZE_MAX;
-  else if (!piece.empty())
+  else if (app.count("--ring-piece") > 0)
     options.ring_piece_bytes = parse_size(piece, "--ring-piece");
   return options;
 }
@@ -599,19 +609,39 @@ bool agreed_on_first(int rank, const std::function<std::string()>& problem) {
   return ok == 1;
 }
 
-// Whether every rank was started with rank 0's arguments (an MPMD launch may give them others): compared before
-// anything is parsed, so that every rank then parses the same text, fails alike, and none waits in a collective
-// another never enters. Collective.
+// Whether every rank was started with rank 0's arguments (an MPMD launch may give them others): compared as text
+// before anything is parsed, so that every rank then parses the same text, fails alike, and none waits in a
+// collective another never enters. Where they differ, rank 0 names the first rank that differs and both argument
+// lists. Collective.
 bool same_arguments_everywhere(int argc, char** argv, int rank) {
-  std::string joined;
-  for (int i = 1; i < argc; ++i) joined += std::string(argv[i]) + '\0';
-  const unsigned long long mine = std::hash<std::string>{}(joined);
-  unsigned long long lowest = 0, highest = 0;
-  MPI_Allreduce(&mine, &lowest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(&mine, &highest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  if (lowest != highest && rank == 0)
-    std::fprintf(stderr, "dpbench: the ranks were started with different arguments: give every rank the same\n");
-  return lowest == highest;
+  std::string joined;  // the arguments as a shell would show them
+  for (int i = 1; i < argc; ++i) joined += (i > 1 ? " " : "") + std::string(argv[i]);
+  std::string first = joined;
+  int length = int(first.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  first.resize(std::size_t(length));
+  MPI_Bcast(first.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const int mine = first == joined ? ranks : rank;  // `ranks` where they agree with rank 0
+  int differing = ranks;
+  MPI_Allreduce(&mine, &differing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (differing == ranks) return true;
+  if (rank == differing) {
+    length = int(joined.size());
+    MPI_Send(&length, 1, MPI_INT, 0, 0, MPI_COMM_WORLD);
+    MPI_Send(joined.data(), length, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+  } else if (rank == 0) {
+    std::string theirs;
+    MPI_Recv(&length, 1, MPI_INT, differing, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    theirs.resize(std::size_t(length));
+    MPI_Recv(theirs.data(), length, MPI_CHAR, differing, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    std::fprintf(stderr,
+                 "dpbench: rank %d was started with other arguments than rank 0 ('%s' against '%s'): give every "
+                 "rank the same, in the same order\n",
+                 differing, theirs.c_str(), joined.c_str());
+  }
+  return false;
 }
 
 int run(int argc, char** argv, int rank) {

@@ -69,6 +69,8 @@ void read_config_file(Options& options) {
   auto take = [&](const CLI::ConfigItem& item, auto& field) {
     using Value = typename std::remove_reference_t<decltype(field)>::value_type;
     Value value{};
+    require(item.inputs.size() <= 1, "config {}: key '{}' has {} values ({}): give it once, with one value",
+            *options.config_file, item.name, item.inputs.size(), fmt::join(item.inputs, ", "));
     require(item.inputs.size() == 1 && CLI::detail::lexical_cast(item.inputs[0], value),
             "config {}: {} must be a whole number from 1 to {}, got '{}'", *options.config_file, item.name,
             std::numeric_limits<Value>::max(),
@@ -86,12 +88,19 @@ void read_config_file(Options& options) {
   }
 }
 
+// The most tokens per step, as --tokens takes (9e18, below 2^63).
+constexpr std::int64_t kMaxTokens = 9'000'000'000'000'000'000;
+
 // D: --tokens, or the global batch of sequences times the sequence length.
 std::int64_t tokens_per_step(const Options& options, int seq) {
   if (options.tokens) return *options.tokens;
   require(options.batch.has_value(), "give --tokens D, or --batch B (sequences per step) to make D = B·Q");
   require(*options.batch >= 1, "--batch must be at least 1, got {}", *options.batch);
-  return *options.batch * seq;
+  std::int64_t tokens = 0;
+  require(!__builtin_mul_overflow(*options.batch, std::int64_t(seq), &tokens) && tokens <= kMaxTokens,
+          "--batch {} × seq {} tokens per step is beyond {:g}: give a smaller batch", *options.batch, seq,
+          double(kMaxTokens));
+  return tokens;
 }
 
 // The model: a preset; a project config or --vocab ... (N = parameter_count); or --params N with L, H, Q.
@@ -135,7 +144,8 @@ cost::ModelShape resolve_model(Options& options, std::string& label) {
 
 double resolve_peak_flops(const Options& options, std::string& label) {
   if (options.peak_tflops) {
-    require(*options.peak_tflops > 0, "--peak-tflops {} must be positive", *options.peak_tflops);
+    require(*options.peak_tflops > 0 && *options.peak_tflops <= 1e9,
+            "--peak-tflops must be in (0, 1e9] TFLOP/s per device, got {}", *options.peak_tflops);
     label = "device";
     return *options.peak_tflops * 1e12;
   }
@@ -203,8 +213,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--seq", o.seq, "Q: sequence length");
   auto* vocab = app.add_option("--vocab", o.vocab, "V: vocabulary (N is then the GPT-2 parameter count)");
   auto* heads = app.add_option("--heads", o.heads, "attention heads (with --vocab)");
-  app.add_option("--tokens", o.tokens, "D: tokens per step, all GPUs together")->transform(whole_number());
-  app.add_option("--batch", o.batch, "global batch in sequences: D = batch·seq")->transform(whole_number());
+  auto* tokens =
+      app.add_option("--tokens", o.tokens, "D: tokens per step, all GPUs together")->transform(whole_number());
+  app.add_option("--batch", o.batch, "global batch in sequences: D = batch·seq")
+      ->transform(whole_number())
+      ->excludes(tokens);
   model->excludes(config)->excludes(params)->excludes(vocab);
   params->excludes(config)->excludes(vocab)->excludes(heads);
   app.add_option("--gpus", o.gpus, "GPU count, or a sweep: 2,4,8 or 2,4,8,...,1024")->capture_default_str();

@@ -42,6 +42,7 @@ double parse_quantity(std::string_view text, std::span<const Unit> units, std::s
   std::string_view body = trim(text);
   double value = 0;
   auto [end, error] = std::from_chars(body.data(), body.data() + body.size(), value);
+  require(error != std::errc::result_out_of_range, "bad {} '{}': the number is beyond a double's range", what, text);
   if (error == std::errc() && std::isfinite(value)) {
     std::string_view unit_name = trim(std::string_view(end, body.data() + body.size() - end));
     for (const Unit& unit : units) {
@@ -85,9 +86,11 @@ Link parse_link_spec(std::string_view text) {
   Link link;
   std::string_view rest = text;
   while (!rest.empty()) {
-    std::size_t comma = rest.find(',');
+    const std::size_t comma = rest.find(',');
     std::string_view item = rest.substr(0, comma);
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    require(comma == std::string_view::npos || !rest.empty(),
+            "bad link '{}': nothing after its last comma; expected {}", text, kSpecSyntax);
     std::size_t equals = item.find('=');
     require(equals != std::string_view::npos, "bad link '{}': '{}' is not key=value; expected {}", text, item,
             kSpecSyntax);

@@ -36,9 +36,9 @@ bool CommExecutor::wait_until(Ticket ticket, std::chrono::steady_clock::time_poi
   return true;
 }
 
-std::string CommExecutor::running() const {
+std::string CommExecutor::oldest_unfinished() const {
   std::lock_guard lock(mutex_);
-  return running_;
+  return running_.empty() && !tasks_.empty() ? tasks_.front().second : running_;
 }
 
 std::string CommExecutor::failed() const {

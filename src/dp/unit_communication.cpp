@@ -30,7 +30,7 @@ void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket) {
   std::string stuck;  // the task every rank is stuck behind
   try {
     if (executor_.wait_until(ticket, deadline)) return;
-    stuck = executor_.running();  // the executor runs its tasks in order: the one running now
+    stuck = executor_.oldest_unfinished();  // the executor runs its tasks in order
   } catch (const CommTimeout&) {
     stuck = executor_.failed();  // the transport's own deadline (NCCL's) passed inside that task
   }

@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::regex kStepFolder(R"(step-(\d+)(?:-(\d+))?)");
+// At most 18 and 9 digits: every name it matches has a step and a k that fit in 64 bits.
+const std::regex kStepFolder(R"(step-(\d{1,18})(?:-(\d{1,9}))?)");
 const std::regex kStaleTemporary(R"(\.step-\d+\.tmp)");
 const std::regex kStaleLatest(R"(latest\.tmp\.\d+)");  // write_file_atomically's temporary of `latest`
 
@@ -85,7 +86,11 @@ std::vector<std::string> step_folders(const std::string& root) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && std::regex_match(name, kStepFolder)) names.push_back(name);
+    // A folder of that name without meta.json is not a checkpoint dptrain wrote (its meta.json is written before
+    // the folder takes that name): it is the user's, and neither listed, replaced nor pruned.
+    if (entry.is_directory() && std::regex_match(name, kStepFolder) &&
+        fs::is_regular_file(entry.path() / "meta.json"))
+      names.push_back(name);
   }
   std::sort(names.begin(), names.end(),
             [](const std::string& a, const std::string& b) { return step_key(a) < step_key(b); });

@@ -6,13 +6,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <charconv>
-#include <cmath>
-#include <cstdlib>
-#include <limits>
 #include <type_traits>
 
 #include "dptrain/core/error.hpp"
+#include "dptrain/train/cli_checks.hpp"
 
 namespace dptrain {
 
@@ -50,41 +47,6 @@ void add_dtype_option(CLI::App& app, const std::string& flag, const std::string&
       ->default_str(target == DType::bf16 ? "bf16" : "fp32");
 }
 
-// Checks made on the text of every number, once here for every option of its type, so that a bad value gets a
-// line saying what is accepted (CLI11 alone says "Could not convert"): a floating option must be a finite number
-// (inf passes range checks written as `x >= 0`, nan fails them with a confusing message); an integer one a whole
-// number its type holds (CLI11 would clamp 2^64 to 2^64 − 1 and wrap -1 to it).
-CLI::Validator finite_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0') return fmt::format("expected a number, got '{}'", text);
-        if (!std::isfinite(value)) return fmt::format("must be a finite number, got {}", text);
-        return {};
-      },
-      "FINITE");
-}
-
-template <typename T>
-CLI::Validator whole_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        if (const std::size_t first = text.find_first_not_of(" \t");
-            std::is_unsigned_v<T> && first != std::string::npos && text[first] == '-')
-          return fmt::format("must be a non-negative integer, got {}", text);
-        T value{};
-        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (error == std::errc::result_out_of_range)
-          return fmt::format("{} is out of range (expected a whole number from {} to {})", text,
-                             std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
-        if (error != std::errc() || end != text.data() + text.size())
-          return fmt::format("expected a whole number, got '{}'", text);
-        return {};
-      },
-      "INTEGER");
-}
-
 enum class Shown { default_value, nothing };  // whether --help shows the default after the help text
 enum class Checkpoint { recorded, not_recorded };
 
@@ -101,7 +63,7 @@ TrainOption entry(std::string flag, std::string help, Field field, Agreement agr
   option.add_to_parser = [flag, help, field, shown](CLI::App& app, TrainOptions& options) {
     T& target = field(options);
     if constexpr (std::is_same_v<T, bool>) {
-      app.add_flag(flag, target, help);
+      app.add_flag(flag, target, help)->check(true_or_false());
     } else if constexpr (std::is_same_v<T, DType>) {
       add_dtype_option(app, flag, help, target);
     } else {

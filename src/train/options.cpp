@@ -24,6 +24,8 @@ namespace dptrain {
 namespace {
 
 constexpr int kThreadsPerHardwareThread = 4;
+// A per-rank peak far above any machine's (an H200 is 989 TFLOP/s), and whose FLOP/s stays finite.
+constexpr double kMaxPeakTflops = 1e9;
 
 // Edits (insertions, deletions, substitutions) between two words: what makes `lyaers` close to `layers`.
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -100,10 +102,24 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
           configs.size(), fmt::join(configs, ", "));
   if (configs.size() == 1) {
     std::set<std::string> keys;
-    for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(configs.front()))
+    for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(configs.front())) {
       require(keys.insert(item.fullname()).second, "--config {}: key '{}' is given twice (TOML allows each key once)",
               configs.front(), item.fullname());
+      // Repeats on consecutive lines, and arrays, reach here as one key with several values, the last of which
+      // would win.
+      require(item.inputs.size() <= 1,
+              "--config {}: key '{}' has {} values ({}): give it once, with one value (e.g. `layers = 4`)",
+              configs.front(), item.fullname(), item.inputs.size(), fmt::join(item.inputs, ", "));
+    }
   }
+  // --no-overlap is --overlap off: one value from here on, which the ranks and the checkpoint compare.
+  if (o.no_overlap && app.count("--overlap") > 0 && o.overlap != "off")
+    fail("--no-overlap contradicts --overlap {} (give one of them)", o.overlap);
+  if (o.no_overlap) o.overlap = "off";
+  o.no_overlap = o.overlap == "off";
+  require(app.count("--link") == 0 || !o.link.empty(),
+          "--link: expected a preset (nvlink-h100, ib-400g, wan-100g), a link.json or alpha=5us,bw=450GB/s, got ''; "
+          "leave it out to calibrate the link at start-up");
   return o;
 }
 
@@ -124,7 +140,10 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.eval_windows >= 1, "--eval-windows must be at least 1, got {}", o.eval_windows);
   require(o.check_every >= 0, "--check-every must be non-negative, got {}", o.check_every);
   require(o.save_every >= 0, "--save-every must be non-negative, got {}", o.save_every);
-  require(o.peak_tflops >= 0, "--peak-tflops must be non-negative, got {}", o.peak_tflops);
+  require(o.peak_tflops >= 0 && o.peak_tflops <= kMaxPeakTflops,
+          "--peak-tflops must be in [0, {:g}] TFLOP/s per rank (0: a known GPU's datasheet figure, else a GEMM "
+          "probe), got {}",
+          kMaxPeakTflops, o.peak_tflops);
   require(o.max_skipped >= 1, "--max-skipped must be at least 1, got {}", o.max_skipped);
   // More threads than a few per hardware thread only slows a rank down, and very many exhaust the stacks OpenMP
   // reserves (100000 crashed).

@@ -54,9 +54,23 @@ status=0
 timeout 60 "$mpiexec" -n 1 --oversubscribe "$dpbench" --op allreduce -n 1 : -n 1 --oversubscribe "$dpbench" \
   --op bogus -n 1 > "$out/mpmd.txt" 2>&1 || status=$?
 [[ $status == 2 ]] || { echo "FAIL MPMD: exit $status, expected 2"; cat "$out/mpmd.txt"; exit 1; }
-grep -qF "dpbench: the ranks were started with different arguments" "$out/mpmd.txt" ||
-  { echo "FAIL MPMD:"; cat "$out/mpmd.txt"; exit 1; }
+grep -qxF "dpbench: rank 1 was started with other arguments than rank 0 ('--op bogus -n 1' against '--op allreduce \
+-n 1'): give every rank the same, in the same order" "$out/mpmd.txt" || { echo "FAIL MPMD:"; cat "$out/mpmd.txt"; exit 1; }
+# Three ranks, the last one different: named, and every rank exits 2.
+status=0
+timeout 60 "$mpiexec" -n 2 --oversubscribe "$dpbench" -b 1K -e 4K -n 2 : -n 1 --oversubscribe "$dpbench" \
+  -b 1K -e 8K -n 2 > "$out/mpmd3.txt" 2>&1 || status=$?
+[[ $status == 2 ]] || { echo "FAIL MPMD on 3 ranks: exit $status, expected 2"; cat "$out/mpmd3.txt"; exit 1; }
+grep -qxF "dpbench: rank 2 was started with other arguments than rank 0 ('-b 1K -e 8K -n 2' against '-b 1K -e 4K \
+-n 2'): give every rank the same, in the same order" "$out/mpmd3.txt" ||
+  { echo "FAIL MPMD on 3 ranks:"; cat "$out/mpmd3.txt"; exit 1; }
 check_bad_input "--algo: unknown algorithm 'star' (expected ring, tree, native or all)" --algo star
+# Values CLI11 cannot convert, and an empty size: what is accepted, not "Could not convert".
+check_bad_input "--iters: expected a whole number, got '1.5'" -n 1.5
+check_bad_input "--stepfactor: expected a whole number, got '1.5'" -f 1.5
+check_bad_input "--nccl-blocking: expected true or false, got 'maybe'" --nccl-blocking=maybe
+check_bad_input "--ring-piece: bad size '' (expected bytes with an optional K, M or G suffix, e.g. 8, 1K, 256M)" \
+  --ring-piece ""
 check_bad_input "-b 1: smaller than one bf16 element (2 bytes)" -b 1 -e 8
 check_bad_input "-e: size '17179869185G' does not fit in 64 bits" -e 17179869185G
 check_bad_input "--json: expected a file name, got ''" --json ""

@@ -109,8 +109,13 @@ TEST(CpuGemm, UnknownOrMissingLibrariesAndBadMixesAreRefusedWithOneLine) {
       fmt::format("{} or {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());  // "…, onednn or …"
   const std::string per_kind = ", or one per kind of product: nt=LIB,nn=LIB,tn=LIB)";
   EXPECT_EQ(cpu_gemm_unavailable("mkl"), "--cpu-gemm: unknown library 'mkl' (expected " + accepted + per_kind);
-  EXPECT_EQ(cpu_gemm_unavailable("nt=openblas,nn=mkl,tn=openblas"),
-            "--cpu-gemm: unknown library 'mkl' (expected " + accepted + per_kind);
+  // One kind's library is a library: not by-cpu or auto, which choose libraries.
+  const std::string one_kind =
+      names.size() == 3 ? names.back() + ")"
+                        : fmt::format("{} or {})", fmt::join(names.begin() + 2, names.end() - 1, ", "), names.back());
+  for (const char* library : {"mkl", "auto", "by-cpu"})
+    EXPECT_EQ(cpu_gemm_unavailable(fmt::format("nt=openblas,nn={},tn=openblas", library)),
+              fmt::format("--cpu-gemm: unknown library '{}' for nn (expected {}", library, one_kind));
   for (const char* mix : {"nt=openblas,nn=openblas", "nt=openblas,nn=openblas,tn=openblas,nt=openblas",
                           "nt=openblas,nn=openblas,tt=openblas", "nt=openblas,nn,tn=openblas", "nt=openblas,,"})
     EXPECT_EQ(cpu_gemm_unavailable(mix), fmt::format("--cpu-gemm '{}': name a library for each kind of product once, "

@@ -132,4 +132,26 @@ TEST(Dpmodel, BadInputIsOneLineAndExitCodeTwo) {
   }
 }
 
+// Values whose arithmetic would overflow, and a key given twice: the line names what was given, not what it became.
+TEST(Dpmodel, OverflowsAndRepeatsAreNamedAsGiven) {
+  const std::filesystem::path config = std::filesystem::temp_directory_path() / "dpmodel_test_twice.toml";
+  std::ofstream(config) << "vocab = 256\nseq = 16\nlayers = 1\nlayers = 2\nwidth = 32\nheads = 2\n";
+  const std::string custom = "--vocab 256 --layers 2 --width 32 --heads 2 ";
+  for (const auto& [arguments, line] : std::vector<std::pair<std::string, std::string>>{
+           {"--peak-tflops inf", "--peak-tflops must be in (0, 1e9] TFLOP/s per device, got inf"},
+           {"--peak-tflops 1e308", "--peak-tflops must be in (0, 1e9] TFLOP/s per device, got 1e+308"},
+           {custom + "--seq 16 --batch 9000000000000000000",
+            "--batch 9000000000000000000 × seq 16 tokens per step is beyond 9e+18: give a smaller batch"},
+           {custom + "--seq 65536 --batch 281474976710656",
+            "--batch 281474976710656 × seq 65536 tokens per step is beyond 9e+18: give a smaller batch"},
+           {custom + "--seq 16 --batch 4 --tokens 100", "--tokens excludes --batch"},
+           {"--config " + config.string(),
+            "config " + config.string() + ": key 'layers' has 2 values (1, 2): give it once, with one value"}}) {
+    const ProcessResult run = run_dpmodel(arguments);
+    EXPECT_EQ(run.exit_code, 2) << arguments << "\n" << run.output;
+    EXPECT_EQ(run.output, "dpmodel: " + line + "\n") << arguments;
+  }
+  std::filesystem::remove(config);
+}
+
 }  // namespace

@@ -84,6 +84,8 @@ TEST(Link, RefusesBadSpecsNamingTheBadText) {
   expect_refused("alpha=5us,bw=0GB/s", "'0GB/s'");
   expect_refused("alpha=5us,bw=infGB/s", "'infGB/s'");
   expect_refused("alpha=5us,5us", "'5us' is not key=value");
+  expect_refused("alpha=5us,bw=450GB/s,", "bad link 'alpha=5us,bw=450GB/s,': nothing after its last comma");
+  expect_refused("alpha=5us,bw=1e400GB/s", "bad bandwidth '1e400GB/s': the number is beyond a double's range");
   expect_refused("nvlink-a100", "unknown link 'nvlink-a100'");
   expect_refused("nvlink-a100", "nvlink-h100, ib-400g, wan-100g");
 }

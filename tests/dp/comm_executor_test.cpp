@@ -129,11 +129,11 @@ TEST(CommExecutor, WaitUntilGivesUpAtTheDeadlineAndNamesTheTaskThatIsStuck) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(executor.wait_until(behind, start + 50ms));
   EXPECT_GE(std::chrono::steady_clock::now() - start, 50ms);
-  EXPECT_EQ(executor.running(), "all_reduce on unit blocks 0-1");  // the later task waits behind it
+  EXPECT_EQ(executor.oldest_unfinished(), "all_reduce on unit blocks 0-1");  // the later task waits behind it
   release.set_value();
   EXPECT_TRUE(executor.wait_until(stuck, std::chrono::steady_clock::now() + 10s));
   EXPECT_TRUE(executor.wait_until(behind, std::chrono::steady_clock::now() + 10s));
-  EXPECT_EQ(executor.running(), "");
+  EXPECT_EQ(executor.oldest_unfinished(), "");
 }
 
 TEST(CommExecutor, DestructorFinishesQueuedTasks) {

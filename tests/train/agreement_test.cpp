@@ -107,10 +107,12 @@ TEST_F(RankAgreement, HostsWhoseCpusResolveByCpuDifferentlyAreRefused) {
                                      on_avx512));
 }
 
+// And one option spelt two ways: --overlap off and --no-overlap are one value.
 TEST_F(RankAgreement, PerRankOptionsAndTheSameDataAtAnotherPathMayDiffer) {
   testing::write_text(dir_ / "copy.txt", testing::small_corpus_text());
-  const auto launch = mpmd(1, "--threads 1 --log " + (dir_ / "run.jsonl"),
-                           "--threads 2 --data " + (dir_ / "copy.txt") + " --log " + (dir_ / "ignored.jsonl"));
+  const auto launch =
+      mpmd(1, "--overlap off --threads 1 --log " + (dir_ / "run.jsonl"),
+           "--no-overlap --threads 2 --data " + (dir_ / "copy.txt") + " --log " + (dir_ / "ignored.jsonl"));
   EXPECT_EQ(launch.result.exit_code, 0) << launch.result.output;
   EXPECT_NE(launch.result.output.find("dptrain | done: 2 steps"), std::string::npos) << launch.result.output;
   EXPECT_TRUE(std::filesystem::exists(dir_ / "run.jsonl"));

@@ -259,9 +259,17 @@ TEST(CheckpointMeta, ANumberBeyondDoubleIsRefusedAsInvalidJson) {
 
 TEST(CheckpointDirectory, StaleTemporariesAndPruning) {
   TemporaryDirectory dir("ckpt-dir");
-  for (const char* folder : {".step-000004.tmp", ".step-x.tmp", "step-000001", "step-000002", "step-000002-2",
-                             "step-000003", "notes.tmp", "step-000004"})
+  for (const char* folder : {".step-000004.tmp", ".step-x.tmp", "notes.tmp"}) fs::create_directories(dir / folder);
+  for (const char* folder : {"step-000001", "step-000002", "step-000002-2", "step-000003", "step-000004"}) {
     fs::create_directories(dir / folder);
+    write_text(dir / (std::string(folder) + "/meta.json"), "{}");  // what makes a step folder a checkpoint
+  }
+  // Folders of such names that are not checkpoints (no meta.json; a step beyond 64 bits) are the user's: never
+  // listed, pruned or replaced.
+  for (const char* folder : {"step-000002-3", "step-9", "step-99999999999999999999999"}) {
+    fs::create_directories(dir / folder);
+    write_text(dir / (std::string(folder) + "/notes.txt"), "the user's");
+  }
   write_text(dir / ".step-000005.tmp-file", "a file, not a folder");
   EXPECT_EQ(remove_stale_temporaries(dir.path.string()), std::vector<std::string>{".step-000004.tmp"});
   EXPECT_TRUE(fs::exists(dir / ".step-x.tmp"));
@@ -279,6 +287,14 @@ TEST(CheckpointDirectory, StaleTemporariesAndPruning) {
   write_text(dir / "latest", "step-000004\n");
   EXPECT_EQ(prune_steps(dir.path.string(), 1), std::vector<std::string>{"step-000001"});
   EXPECT_TRUE(fs::exists(dir / ".step-x.tmp"));
+  for (const char* folder : {"step-000002-3", "step-9", "step-99999999999999999999999"})
+    EXPECT_EQ(file_bytes(dir / (std::string(folder) + "/notes.txt")), "the user's") << folder;
+  // Publishing step 9 beside the user's step-9: another name, and the user's folder stays.
+  fs::create_directories(dir / ".step-000009.tmp");
+  write_text(dir / ".step-000009.tmp/meta.json", "{}");
+  EXPECT_EQ(publish_step(dir.path.string(), dir / ".step-000009.tmp", "step-9"), "step-9-2");
+  EXPECT_EQ(file_bytes(dir / "step-9/notes.txt"), "the user's");
+  EXPECT_EQ(step_folders(dir.path.string()), (std::vector<std::string>{"step-000004", "step-9-2"}));
 }
 
 TEST(CheckpointDirectory, SaveIsCheckedAtSetUp) {

@@ -93,6 +93,15 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--config " + (dir_ / "missing.toml"), "--config: "},
       {"--link " + (dir_ / "missing.json"), "--link: no file '" + (dir_ / "missing.json") + "'"},
       {"--link nvlink", "--link: unknown link 'nvlink'"},
+      {"--link ''", "--link: expected a preset (nvlink-h100, ib-400g, wan-100g), a link.json or alpha=5us,bw=450GB/s, "
+                    "got ''; leave it out to calibrate the link at start-up"},
+      // A peak whose FLOP/s would be infinite.
+      {"--peak-tflops 1e308", "--peak-tflops must be in [0, 1e+09] TFLOP/s per rank"},
+      // A flag's value is true or false, not any integer.
+      {"--no-overlap=2", "--no-overlap: expected true or false, got '2'"},
+      {"--op-times=maybe", "--op-times: expected true or false, got 'maybe'"},
+      {"--overlap auto --no-overlap", "--no-overlap contradicts --overlap auto (give one of them)"},
+      {"--cpu-gemm nt=auto,nn=openblas,tn=openblas", "--cpu-gemm: unknown library 'auto' for nt (expected openblas"},
   };
   for (const auto& c : cases) {
     const auto r = run_command(dptrain(c.flags));
@@ -110,6 +119,18 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
                               ": key 'layers' is given twice (TOML allows each key once)"),
             std::string::npos)
       << twice.output;
+  // Repeated on consecutive lines or given as an array, a key reaches the parser as one with several values.
+  testing::write_text(dir_ / "adjacent.toml", "layers = 2\nlayers = 3\nwidth = 32\nheads = 2\n");
+  testing::write_text(dir_ / "array.toml", "layers = 2\nwidth = 32\nheads = 2\ngrad-accum = [2, 4]\n");
+  for (const auto& [file, key, values] :
+       {std::tuple{"adjacent.toml", "layers", "2, 3"}, std::tuple{"array.toml", "grad-accum", "2, 4"}}) {
+    const auto several = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / file) + " --data " +
+                                     (dir_ / "corpus.txt"));
+    EXPECT_EQ(several.exit_code, 2) << several.output;
+    EXPECT_EQ(several.output, fmt::format("dptrain: --config {}: key '{}' has 2 values ({}): give it once, with one "
+                                          "value (e.g. `layers = 4`)\n",
+                                          dir_ / file, key, values));
+  }
   const auto two_files = run_command(dptrain("--config " + (dir_ / "twice.toml")));
   EXPECT_EQ(two_files.exit_code, 2) << two_files.output;
   EXPECT_NE(two_files.output.find("dptrain: --config is given 2 times"), std::string::npos) << two_files.output;

@@ -326,7 +326,7 @@ TEST_F(Overlap, BadGradAccumAndZeroStageEndWithOneLineOnEveryRank) {
       {"--batch 12 --zero 4", "dptrain: --zero: stage 4 does not exist (expected 0, 1, 2 or 3)"},
       {"--batch 12 --zero -1", "dptrain: --zero: stage -1 does not exist (expected 0, 1, 2 or 3)"},
       {"--batch 12 --overlap sometimes", "dptrain: --overlap: unknown mode 'sometimes' (expected on, off or auto)"},
-      {"--batch 12 --overlap on --no-overlap", "dptrain: --no-overlap contradicts --overlap on"},
+      {"--batch 12 --overlap on --no-overlap", "dptrain: --no-overlap contradicts --overlap on (give one of them)"},
       {"--batch 12 --matmul-epilogues sometimes",
        "dptrain: --matmul-epilogues: unknown mode 'sometimes' (expected fused or composed)"},
   };

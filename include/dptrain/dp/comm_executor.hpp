@@ -34,8 +34,9 @@ class CommExecutor {
   // As wait, but gives up at `deadline`: false when task `ticket` has not finished by then (it keeps running).
   bool wait_until(Ticket ticket, std::chrono::steady_clock::time_point deadline);
   void wait_all() { wait(submitted_); }
-  // The name of the task running now (the one every later task waits behind), or "" when idle.
-  std::string running() const;
+  // The name of the task every later one waits behind: the one running now, else the next queued (submitted but
+  // not yet picked up by the thread: a deadline shorter than that hand-over), or "" when idle.
+  std::string oldest_unfinished() const;
   // The name of the last task that threw (its exception is the one wait() rethrows), or "" if none has.
   std::string failed() const;
   // Runs a task on the executor and waits for it: MPI calls between collectives keep their place in the order.

@@ -31,7 +31,8 @@ std::string publish_step(const std::string& root, const std::string& temporary, 
 // The step folder `root/latest` names, checked to be a plain name of an existing folder. Throws UserError.
 std::string read_latest(const std::string& root);
 
-// The step folders of root (`step-NNNNNN` or `step-NNNNNN-k`), oldest first (by step, then k).
+// The step folders of root (`step-NNNNNN` or `step-NNNNNN-k` holding a meta.json: what a save publishes), oldest
+// first (by step, then k). Others of such a name are left alone by every function here.
 std::vector<std::string> step_folders(const std::string& root);
 
 // Removes the oldest step folders beyond the newest `keep_last` (0: keep all), never the one `latest` names.

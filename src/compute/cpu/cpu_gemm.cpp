@@ -65,8 +65,9 @@ std::string_view gemm_case_name(GemmCase c) {
 
 namespace {
 
-// Why `library` cannot be used; empty if it can.
-std::string library_unavailable(std::string_view library) {
+// Why `library` cannot be used, as the whole --cpu-gemm value or (`kind` given) for one kind of product; empty if
+// it can.
+std::string library_unavailable(std::string_view library, std::string_view kind = {}) {
   std::vector<std::string> names = cpu_gemm_names();
   for (std::string& name : cpu_gemm_bf16_names()) names.push_back(std::move(name));
   if (std::find(names.begin(), names.end(), library) != names.end()) return "";
@@ -74,15 +75,19 @@ std::string library_unavailable(std::string_view library) {
   if (library == "onednn")
     return "--cpu-gemm onednn: this build has no oneDNN (apt-get install libdnnl-dev and build again); use "
            "--cpu-gemm openblas";
-  // "by-cpu" and "auto" are resolved by the trainer (train/cpu_gemm_choice.hpp) into one of these or a mix.
-  std::vector<std::string> accepted = {"by-cpu", "auto"};
+  // "by-cpu" and "auto" are resolved by the trainer (train/cpu_gemm_choice.hpp) into one of these or a mix: they
+  // name no library of one kind.
+  std::vector<std::string> accepted;
+  if (kind.empty()) accepted = {"by-cpu", "auto"};
   accepted.insert(accepted.end(), names.begin(), names.end());
   const std::string last = accepted.back();
   accepted.pop_back();
+  const std::string either = accepted.empty() ? last : fmt::format("{} or {}", fmt::join(accepted, ", "), last);
+  if (!kind.empty())
+    return fmt::format("--cpu-gemm: unknown library '{}' for {} (expected {})", library, kind, either);
   return fmt::format(
-      "--cpu-gemm: unknown library '{}' (expected {} or {}, or one per kind of product: "
-      "nt=LIB,nn=LIB,tn=LIB)",
-      library, fmt::join(accepted, ", "), last);
+      "--cpu-gemm: unknown library '{}' (expected {}, or one per kind of product: nt=LIB,nn=LIB,tn=LIB)", library,
+      either);
 }
 
 // The library per case that `spec` names (a library, or nt=…,nn=…,tn=…), or why it names none.
@@ -111,7 +116,7 @@ ParsedSpec parse_spec(std::string_view spec) {
       return parsed;
     }
     const std::string_view library = item.substr(equals + 1);
-    if (parsed.error = library_unavailable(library); !parsed.error.empty()) return parsed;
+    if (parsed.error = library_unavailable(library, gemm_case_name(*named)); !parsed.error.empty()) return parsed;
     parsed.libraries[std::size_t(*named)] = std::string(library);
     seen[std::size_t(*named)] = true;
   }
