@@ -11,12 +11,15 @@
 # dpbench (a repeated flag overrides the sweep's). More ranks than cores run oversubscribed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/env.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 NPS=${NPS:-"2 4"}
 DTYPE=${DTYPE:-bf16}
 REPEATS=${REPEATS:-3}
 OUT_DIR=${OUT_DIR:-$BUILD_DIR/bench-collectives}
+dptrain_require_counts NPS "$NPS" 1
+dptrain_require_count REPEATS "$REPEATS" 1
 CORES=$(getconf _NPROCESSORS_ONLN)
 SWEEP=(--op allreduce --algo all -b 1K -e 64M -f 4 -c 1 -d "$DTYPE")
 
@@ -53,6 +56,8 @@ echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '\n%4s %12s %12s %12s %12s %12s  %s\n' np "size(B)" "ring GB/s" "tree GB/s" "native GB/s" "ring/native" \
   "goal (>= 0.9 from 4 MiB)"
 for np in $NPS; do
+  runs=()  # this call's files only: OUT_DIR may hold an earlier call's with more repeats
+  for ((i = 1; i <= REPEATS; ++i)); do runs+=("$OUT_DIR/np$np-$i.json"); done
   jq -s -r --argjson goal_from $((4 << 20)) '
     def median: sort | .[length / 2 | floor];
     [.[] | group_by(.size)[] | (map({key: .algo, value: .busbw}) | from_entries) + {size: .[0].size, ranks: .[0].ranks}]
@@ -60,6 +65,6 @@ for np in $NPS; do
     | [.[0].ranks, .[0].size, (map(.ring) | median), (map(.tree) | median), (map(.native) | median),
        (map(if .native > 0 then .ring / .native else 0 end) | median)]
     | . + [if .[1] < $goal_from then "" elif .[5] >= 0.9 then "met" else "MISSED" end]
-    | @tsv' "$OUT_DIR"/np"$np"-*.json |
+    | @tsv' "${runs[@]}" |
     awk -F'\t' '{ printf "%4d %12d %12.3f %12.3f %12.3f %12.2f  %s\n", $1, $2, $3, $4, $5, $6, $7 }'
 done

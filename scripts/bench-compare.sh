@@ -21,16 +21,12 @@ done
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-$(nproc)}
 STEPS=${STEPS:-12}
+dptrain_require_count ROUNDS "$ROUNDS" 1
+dptrain_require_count THREADS "$THREADS" 1
+dptrain_require_count STEPS "$STEPS" 3  # the median leaves out the first two
 export OMP_NUM_THREADS=$THREADS
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-
-median_tokens_per_s() {  # the steps after the first two (warm-up), from a JSONL log
-  /usr/bin/python3 -c '
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if "\"event\"" not in l]
-print(statistics.median(r["tokens_per_s"] for r in rows[2:]))' "$1"
-}
 
 echo "# $(date -u +%FT%TZ)  $(nproc) cores  $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "# AVX-512: $(grep -o -m1 -w 'avx512f' /proc/cpuinfo || echo no)  AVX512_BF16: $(grep -o -m1 -w 'avx512_bf16' /proc/cpuinfo || echo no)"
@@ -42,7 +38,7 @@ for ((r = 1; r <= ROUNDS; ++r)); do
   for i in 0 1; do
     "${builds[$i]}/dptrain" --config "$DPTRAIN_ROOT/configs/small.toml" --steps "$STEPS" --threads "$THREADS" \
       --eval-every 0 --check-every 0 --peak-tflops 1 --link nvlink-h100 --quiet --log "$work/train-$i.jsonl" >/dev/null
-    t+=("$(median_tokens_per_s "$work/train-$i.jsonl")")
+    t+=("$(dptrain_median_tokens_per_s "$work/train-$i.jsonl")")
   done
   awk -v r="$r" -v a="${t[0]}" -v b="${t[1]}" 'BEGIN { printf "%-6s %12.0f %12.0f %8.3f\n", r, a, b, b / a }'
 done

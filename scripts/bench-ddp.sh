@@ -11,6 +11,11 @@ config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
 ranks="${2:-2}"
 threads="${3:-1}"
 steps="${4:-12}"
+dptrain_require_file config "$config"
+dptrain_require_count ranks "$ranks" 1
+dptrain_require_count threads "$threads" 1
+dptrain_require_count steps "$steps" 3  # the median leaves out the first two
+dptrain_require_count ROUNDS "${ROUNDS:-2}" 1
 dptrain_bench_setup
 
 dptrain_config_shape "$config"

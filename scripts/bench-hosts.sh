@@ -16,6 +16,8 @@ source "$(dirname "$0")/env.sh"
 RATE="${RATE:-200mbit}"
 NPS="${NPS:-2 3}"
 STEPS="${STEPS:-8}"
+dptrain_require_counts NPS "$NPS" 2
+dptrain_require_count STEPS "$STEPS" 1
 export DPTRAIN_HOSTS=dptrain-bench
 hosts="$DPTRAIN_ROOT/scripts/hosts.sh"
 out="${OUT:-$(mktemp -d)}"
@@ -24,9 +26,9 @@ trap '"$hosts" down >/dev/null 2>&1 || true' EXIT
 for program in dpbench dptrain; do
   [ -x "$DPTRAIN_BUILD/$program" ] || { echo "bench-hosts: build $program first ($DPTRAIN_BUILD)"; exit 2; }
 done
-rate_bits=$(python3 -c "
-import re,sys; m=re.fullmatch(r'([0-9.]+)(bit|kbit|mbit|gbit)', '$RATE')
-print(float(m[1]) * {'bit':1,'kbit':1e3,'mbit':1e6,'gbit':1e9}[m[2]])")
+rate_bits=$(tc_rate_bits "$RATE") ||
+  dptrain_refuse "RATE '$RATE' is not a tc rate (expected a number of at least 8 bit/s and one of tc's units bit," \
+    "kbit, mbit, gbit, tbit, bps, kbps, mbps, gbps, tbps, e.g. 200mbit)"
 cat "$DPTRAIN_ROOT"/README.md "$DPTRAIN_ROOT"/docs/*.md > "$out/corpus.txt"
 echo "# bench-hosts: link $RATE per host (tbf), hosts $NPS, results in $out"
 

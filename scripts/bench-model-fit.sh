@@ -21,6 +21,7 @@
 # overrides the sweep's). More ranks than cores run oversubscribed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/env.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 NPS=${NPS:-"2 4"}
@@ -36,6 +37,10 @@ TOLERANCE=0.25
 QUIET_WAIT=${QUIET_WAIT:-60}
 QUIET_LIMIT=${QUIET_LIMIT:-0.1}
 RETRIES=${RETRIES:-2}
+dptrain_require_counts NPS "$NPS" 2  # a fit needs a link: two ranks or more
+dptrain_require_count REPEATS "$REPEATS" 1
+dptrain_require_count QUIET_WAIT "$QUIET_WAIT" 0
+dptrain_require_count RETRIES "$RETRIES" 0
 
 # Open MPI as root, in containers where ptrace-based single copy (CMA) is not allowed.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

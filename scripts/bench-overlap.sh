@@ -18,6 +18,8 @@ source "$(dirname "$0")/env.sh"
 NPS=${NPS:-"2 4"}
 STEPS=${STEPS:-12}
 ONLY=${ONLY:-}
+dptrain_require_counts NPS "$NPS" 2  # each np calibrates a link first
+dptrain_require_count STEPS "$STEPS" 3  # the medians leave out the first two
 dptrain_build --target dptrain dpbench
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

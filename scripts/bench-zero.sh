@@ -11,6 +11,8 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 NP=${NP:-4}
 STEPS=${STEPS:-4}
+dptrain_require_count NP "$NP" 1
+dptrain_require_count STEPS "$STEPS" 1
 dptrain_build --target dptrain dpbench
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -34,11 +34,42 @@ dptrain_cpu_line() {
     "${OPENBLAS_CORETYPE:+(OpenBLAS pinned to its $OPENBLAS_CORETYPE kernels by OPENBLAS_CORETYPE)}"
 }
 
-# Sets layers, width, heads, seq, vocab and batch from the TOML config $1 (for the PyTorch peers).
+# Sets layers, width, heads, seq, vocab and batch from the TOML config $1 (for the PyTorch peers); a key the file
+# leaves out takes dptrain's default, as dptrain itself does.
 dptrain_config_shape() {
   value() { grep -E "^$2 *=" "$1" | head -1 | sed 's/.*= *//'; }
   layers=$(value "$1" layers); width=$(value "$1" width); heads=$(value "$1" heads)
   seq=$(value "$1" seq); vocab=$(value "$1" vocab); batch=$(value "$1" batch)
+  layers=${layers:-4} width=${width:-256} heads=${heads:-4} seq=${seq:-128} vocab=${vocab:-256} batch=${batch:-16}
+}
+
+# The bits per second of a rate tc takes: a number and one of tc's units (any case, as tc reads them), at least
+# 8 bit/s (tc reads less than a byte a second as no rate at all); fails, printing nothing, for anything else.
+tc_rate_bits() {
+  [[ "${1,,}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([kmgt]?)(bit|bps)$ ]] || return 1
+  awk -v n="${BASH_REMATCH[1]}" -v prefix="${BASH_REMATCH[2]}" -v unit="${BASH_REMATCH[3]}" 'BEGIN {
+    power = prefix == "" ? 0 : index("kmgt", prefix)
+    bits = n * 10 ^ (3 * power) * (unit == "bps" ? 8 : 1)
+    if (bits < 8) exit 1
+    printf "%.17g\n", bits }'
+}
+
+# The scripts' checks of what they were given, made before they set up, build or run anything: one line naming
+# the value and what is accepted, and exit 2. $1 names the argument or variable, $2 is its value.
+dptrain_refuse() {
+  echo "$(basename "$0"): $*" >&2
+  exit 2
+}
+dptrain_require_count() {  # a whole number of at least $3
+  [[ $2 =~ ^[0-9]+$ ]] && (( 10#$2 >= $3 )) || dptrain_refuse "$1 must be a whole number of at least $3, got '$2'"
+}
+dptrain_require_counts() {  # a list of them (NPS="2 4"), not empty
+  local count
+  [ -n "${2// /}" ] || dptrain_refuse "$1 must list whole numbers of at least $3, got '$2'"
+  for count in $2; do dptrain_require_count "$1" "$count" "$3"; done
+}
+dptrain_require_file() {
+  [ -f "$2" ] || dptrain_refuse "$1: no file '$2'"
 }
 
 # Median tokens/s of the steps after the first two (warm-up) of the JSONL log $1.

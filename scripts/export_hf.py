@@ -95,7 +95,7 @@ def read_meta(folder):
     path = os.path.join(folder, "meta.json")
     try:
         meta = json.loads(read_bytes(path))
-    except ValueError as e:  # JSONDecodeError, or bytes that are not UTF-8
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, bytes that are not UTF-8, or nested too deep
         fail(f"{path}: not valid JSON ({e}); expected the JSON object dptrain writes")
     if not isinstance(meta, dict):
         fail(f"{path}: the document is {shown(meta)}, expected the JSON object dptrain writes")
@@ -187,6 +187,12 @@ def check_out(out, ckpt, folder, overwrite):
     if not os.path.isdir(out):
         if os.path.lexists(out):
             fail(f"OUT '{out}' exists and is not a folder (expected a new folder or an empty one)")
+        parent = os.path.dirname(os.path.abspath(out))
+        while not os.path.lexists(parent):  # the nearest part of the path that exists must be a folder
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            fail(f"OUT '{out}': '{parent}' is in its path and is not a folder (expected a folder, or a path that "
+                 f"can be created)")
         return
     try:
         entries = sorted(os.listdir(out))
@@ -207,10 +213,12 @@ def check_out(out, ckpt, folder, overwrite):
 
 
 def write_export(out, tensors, config):
-    """Writes both files into OUT.tmp-PID, then moves the folder to OUT (new or empty) or, into a folder with other
-    files (--overwrite), each file over its old copy."""
+    """Into a folder that exists (empty, or with other files under --overwrite; a link to one; the current folder):
+    each file written beside its final name inside it, then renamed over it. A new OUT: both files written into
+    OUT.tmp-PID, which is then renamed to OUT. Either way a failed write leaves no half-written file under OUT."""
     out = os.path.abspath(out)
-    temporary = f"{out}.tmp-{os.getpid()}"
+    existing = os.path.isdir(out)
+    temporary = os.path.join(out, f".export.tmp-{os.getpid()}") if existing else f"{out}.tmp-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(out), exist_ok=True)
         os.mkdir(temporary)
@@ -222,11 +230,11 @@ def write_export(out, tensors, config):
         with open(os.path.join(temporary, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
             f.write("\n")
-        if os.path.isdir(out) and os.listdir(out):
+        if existing:
             for name in EXPORT_FILES:
                 os.replace(os.path.join(temporary, name), os.path.join(out, name))
         else:
-            os.replace(temporary, out)  # a new folder, or over an empty one
+            os.replace(temporary, out)
     except (OSError, SafetensorError) as e:
         fail(f"cannot write '{out}': {reason(e)}", 1)
     finally:

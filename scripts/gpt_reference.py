@@ -226,12 +226,26 @@ def fnv1a(data):
     return h
 
 
+def refuse(message):
+    """Bad input: one line and exit 2."""
+    print(f"gpt_reference: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def read_safetensors(path):
     """name → fp32 numpy array, for F32 and BF16 tensors (the formats dptrain writes)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + header_size])
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        refuse(f"--safetensors: cannot read '{path}': {e.strerror}")
+    try:
+        (header_size,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + header_size])
+        if not isinstance(header, dict):
+            raise ValueError(f"its header is {type(header).__name__}")
+    except (struct.error, ValueError, RecursionError) as e:
+        refuse(f"--safetensors: '{path}' is not a safetensors file ({e})")
     body = data[8 + header_size:]
     tensors = {}
     for name, info in header.items():
@@ -291,9 +305,30 @@ def check(args):
     }, indent=1))
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        refuse(f"{message} (usage: {self.format_usage().removeprefix('usage: ').strip()})")
+
+
+def check_arguments(args):
+    """The ranges argparse's types do not check, and what this machine's torch can do."""
+    for name in ("layers", "width", "heads", "seq", "vocab", "batch", "threads", "nproc"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            refuse(f"--{name} must be at least 1, got {value}")
+    if args.mode != "check" and args.steps < 3:
+        refuse(f"--steps must be at least 3 (the first 2 are warm-up), got {args.steps}")
+    if args.mode != "check" and args.width % args.heads:
+        refuse(f"--heads {args.heads} must divide --width {args.width}")
+    if getattr(args, "device", "cpu") == "cuda" and not torch.cuda.is_available():
+        refuse("--device cuda: this torch sees no GPU (torch.cuda.is_available() is False)")
+    if getattr(args, "compile", False) and not hasattr(torch, "compile"):
+        refuse(f"--compile: torch {torch.__version__} has no torch.compile (needs torch ≥ 2)")
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="mode", required=True)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True, parser_class=Parser)
     b = sub.add_parser("bench", help="fp32 eager training throughput on random tokens")
     d = sub.add_parser("bench-ddp", help="the same under DistributedDataParallel (gloo) on --nproc processes")
     d.add_argument("--nproc", type=int, default=2, help="local processes (ranks)")
@@ -321,6 +356,7 @@ def main():
     c.add_argument("--seed", type=int, default=1234)
     c.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    check_arguments(args)
     {"bench": bench, "bench-ddp": bench_ddp, "check": check}[args.mode](args)
 
 

@@ -27,7 +27,9 @@ deadline=$(( started + ${GPU_CHECK_SECONDS:-420} ))
 device="${GPU_CHECK_DEVICE:-cuda}"
 
 # ---- the summary, written on every exit (a step that runs out of time still leaves what ran) ----------------------
+# Exits as the check went: 0 when every comparison held and dpbench found no wrong element (on a GPU), else 1.
 write_summary() {
+  local code=$?
   python3 - "$OUT" "$share" "$device" "$(nccl_loaded_version)" <<'PY'
 import glob, json, os, re, statistics, sys
 sys.path.insert(0, "scripts")
@@ -114,8 +116,12 @@ summary = {
 name = os.path.join(out, f"check-multi-{summary['date']}.json")
 json.dump(summary, open(name, "w"), indent=2)
 print(json.dumps(summary, indent=2))
+held = bool(comparisons) and all(c["passed"] for c in comparisons)
+sys.exit(0 if held and (device == "cpu" or summary["dpbench_wrong"] == 0) else 1)
 PY
+  local verdict=$?
   log "done in $(( $(date +%s) - started )) s"
+  exit $(( code != 0 ? code : verdict ))
 }
 trap write_summary EXIT
 export DPTRAIN_RANKS_PER_GPU=2 OMP_NUM_THREADS=2

@@ -31,7 +31,10 @@ pytorch_eager=""
 pytorch_compiled=""
 
 # ---- the summary, written on every exit ----------------------------------------------------------------------------
+# Exits as the check went: 0 when every GPU test passed and the benchmark measured, 1 otherwise (a set-up problem
+# that ended the script earlier keeps its own status).
 write_summary() {
+  local code=$?
   python3 - "$OUT" "$batch" "$pytorch_eager" "$pytorch_compiled" "$(nccl_loaded_version)" "${bench_flags[*]}" <<'PY'
 import glob, json, os, re, statistics, sys
 out, batch, eager, compiled, nccl, fallback = sys.argv[1], int(sys.argv[2]), *sys.argv[3:7]
@@ -167,8 +170,11 @@ if summary["tokens_per_s"] and summary["pytorch_tokens_per_s"]:
 name = os.path.join(out, f"check-{summary['date']}.json")
 json.dump(summary, open(name, "w"), indent=2)
 print(json.dumps(summary, indent=2))
+sys.exit(0 if summary["tests_failed"] == 0 and summary["tokens_per_s"] else 1)
 PY
+  local verdict=$?
   log "done in $(( $(date +%s) - started )) s"
+  exit $(( code != 0 ? code : verdict ))
 }
 trap write_summary EXIT
 # Every test binary counts as failed until it has run: an early exit (a failed build, the deadline) leaves them so.

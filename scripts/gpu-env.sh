@@ -6,15 +6,23 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-$root/gpu-check-out}"
-mkdir -p "$OUT"
+mkdir -p "$OUT" 2>/dev/null && [ -w "$OUT" ] || {
+  echo "gpu-check: OUT='$OUT' is not a directory this user can write (expected a directory, or a path to create)" >&2
+  exit 2
+}
 cd "$root" || exit 2
 log() { echo "gpu-check | $*" | tee -a "$OUT/progress.txt"; }
 started=$(date +%s)
 
 # ---- the carried build --------------------------------------------------------------------------------------
-if [ ! -d build-gpu ]; then
-  [ -f build-gpu.tar.xz ] || { log "no build-gpu.tar.xz: run scripts/gpu-bundle.sh and carry it"; exit 2; }
-  tar -xJf build-gpu.tar.xz
+# Unpacked afresh from the tarball on every call: a machine kept between calls may hold an older build-gpu/.
+if [ -f build-gpu.tar.xz ]; then
+  rm -rf build-gpu
+  tar -xJf build-gpu.tar.xz ||
+    { log "build-gpu.tar.xz did not unpack (damaged or incomplete): run scripts/gpu-bundle.sh again and carry it"; exit 2; }
+elif [ ! -d build-gpu ]; then
+  log "no build-gpu.tar.xz: run scripts/gpu-bundle.sh and carry it"
+  exit 2
 fi
 bin="$root/build-gpu/bin"
 bundle_lib="$root/build-gpu/lib"

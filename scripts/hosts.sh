@@ -33,14 +33,8 @@ die() { echo "hosts.sh: $*" >&2; exit 2; }
 [[ "$SET" =~ ^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$ ]] || die "DPTRAIN_HOSTS '$SET' is not a set name (expected 1 to" \
   "64 letters, digits, '-' or '_', starting with a letter or digit, e.g. dptest-mine)"
 
-# Whether $1 is a rate tc takes: a number and one of tc's units (any case, as tc reads them), at least 8 bit/s
-# (tc reads less than a byte a second as no rate at all).
-is_tc_rate() {
-  [[ "${1,,}" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([kmgt]?)(bit|bps)$ ]] || return 1
-  awk -v n="${BASH_REMATCH[1]}" -v prefix="${BASH_REMATCH[2]}" -v unit="${BASH_REMATCH[3]}" 'BEGIN {
-    power = prefix == "" ? 0 : index("kmgt", prefix)
-    exit !(n * 10 ^ (3 * power) * (unit == "bps" ? 8 : 1) >= 8) }'
-}
+# Whether $1 is a rate tc takes (env.sh's tc_rate_bits).
+is_tc_rate() { tc_rate_bits "$1" > /dev/null; }
 
 # Exit 77 ("skip") with one line when namespaces cannot be made here: tests turn it into a skip (or a failure
 # under CI=true).
@@ -64,7 +58,8 @@ down() {
 
 up() {
   local n="${1:-}" rate=""
-  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 32 ] || die "up: N must be 1..32, got '${n}'"
+  [[ "$n" =~ ^[0-9]+$ ]] && (( 10#$n >= 1 && 10#$n <= 32 )) || die "up: N must be 1..32, got '${n}'"
+  n=$((10#$n))  # 08 is eight, not an octal number bash refuses
   shift
   while [ $# -gt 0 ]; do
     case "$1" in

@@ -54,7 +54,7 @@ def read_text(path, flag):
 def read_json(path, flag, expected):
     try:
         return json.loads(read_text(path, flag))
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
         fail(f"{flag}: '{path}' is not JSON ({e}); {expected}")
 
 
@@ -66,7 +66,7 @@ def read_run(path):
             continue
         try:
             record = json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             fail(f"--run: '{path}' line {number} is not JSON ({e}); expected the JSONL of dptrain --log")
         if not isinstance(record, dict) or "step" not in record or "event" in record:
             continue
@@ -74,9 +74,14 @@ def read_run(path):
             value = record.get(key)
             if not is_number(value) and (key == "step" or value is not None):
                 fail(f"--run: '{path}' line {number}: '{key}' is {json.dumps(value)}, expected a number")
+            if key.endswith("_ms") and value is not None and (value < 0 or (key == "step_ms" and value == 0)):
+                fail(f"--run: '{path}' line {number}: '{key}' is {json.dumps(value)}, expected a time in ms "
+                     f"({'> 0' if key == 'step_ms' else '≥ 0'})")
         steps.append(record)
     if not steps:
         fail(f"--run: '{path}' holds no step records (expected the JSONL of dptrain --log)")
+    if all(r.get("loss") is None for r in steps):
+        fail(f"--run: '{path}' holds no loss in its {len(steps)} step record(s) (expected the JSONL of dptrain --log)")
     return steps
 
 
@@ -169,7 +174,7 @@ def plot_step_time(steps, out, plt):
     for key, style, label in (("step_ms", "-", "step, measured"), ("step_model_ms", "--", "step, modelled"),
                               ("comm_ms", "-", "communication, measured"),
                               ("comm_model_ms", "--", "communication, modelled")):
-        if any(r.get(key) is not None for r in steps):
+        if any((r.get(key) or 0) > 0 for r in steps):  # a log scale: a run of one rank has no communication
             ax.plot(s, series(steps, key), style, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("ms")
@@ -210,11 +215,19 @@ def plot_link_time(rows, link, out, plt, np):
 
 
 def save(fig, out, name):
+    """Writes the figure beside its final name and renames it: a failed write leaves an earlier plot as it was."""
     fig.tight_layout()
+    path = os.path.join(out, name)
+    temporary = os.path.join(out, f".{name}.tmp-{os.getpid()}.png")
     try:
-        fig.savefig(os.path.join(out, name), dpi=120)
+        fig.savefig(temporary, dpi=120)
+        os.replace(temporary, path)
     except OSError as e:
-        fail(f"--out: cannot write '{os.path.join(out, name)}': {e.strerror}")
+        try:
+            os.remove(temporary)
+        except OSError:
+            pass
+        fail(f"--out: cannot write '{path}': {e.strerror}")
 
 
 class Parser(argparse.ArgumentParser):

@@ -16,6 +16,10 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 dir="${1:-$DPTRAIN_BUILD/python}"
+[[ $# -le 1 && $dir != -* ]] || { echo "python-env: usage: scripts/python-env.sh [DIR] (got: $*)" >&2; exit 2; }
+parent=$(dirname "$dir")
+mkdir -p "$parent" 2>/dev/null && [[ -w $parent ]] ||
+  { echo "python-env: cannot create '$dir': '$parent' is not a folder this user can write" >&2; exit 2; }
 base_python="${DPTRAIN_PYTHON:-/usr/bin/python3}"
 # transformers 4.46.3: recent releases need torch >= 2; 4.46.3 loads GPT2LMHeadModel on Debian's torch 1.13
 # (verified by tests/train/hf_test.cpp). safetensors 0.6.2 satisfies it (>= 0.4.1).

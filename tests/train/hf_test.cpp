@@ -315,6 +315,38 @@ TEST_F(HuggingFaceInterop, ExportRefusesBadInputInOneLine) {
   testing::write_text(out, "a file");
   expect_refused(export_hf((dir_ / "ckpt") + " " + out), "exists and is not a folder");
   EXPECT_EQ(testing::file_bytes(out), "a file");
+  expect_refused(export_hf((dir_ / "ckpt") + " " + out + "/sub"),
+                 fmt::format("OUT '{}/sub': '{}' is in its path and is not a folder", out, out));
+  // A meta.json nested deeper than the parser goes.
+  const fs::path deep = copy_of_step("deep");
+  testing::write_text((deep / "meta.json").string(), std::string(100000, '['));
+  expect_refused(export_hf(deep.string() + " " + dir_ / "hf-deep"), "meta.json: not valid JSON");
+}
+
+// An OUT that exists is written into, not replaced: the current folder (a shell standing in it keeps seeing it),
+// and a link to an empty folder (the link stays, the files land in its target).
+TEST_F(HuggingFaceInterop, ExportIntoTheCurrentFolderOrALinkWritesIntoIt) {
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const std::string ckpt = dir_ / "ckpt";
+  fs::create_directory(dir_ / "here");
+  const auto inode = [](const std::string& path) { return run_command("stat -c %i " + path).output; };
+  const std::string before = inode(dir_ / "here");
+  const auto here = run_command(
+      fmt::format("cd {} && {} {}/scripts/export_hf.py {} .", dir_ / "here", python(), testing::source_dir(), ckpt));
+  ASSERT_EQ(here.exit_code, 0) << here.output;
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "here/config.json"));
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "here/model.safetensors"));
+  EXPECT_EQ(inode(dir_ / "here"), before);
+  fs::create_directory(dir_ / "target");
+  fs::create_directory_symlink(dir_ / "target", dir_ / "link");
+  const auto linked = export_hf(ckpt + " " + dir_ / "link");
+  ASSERT_EQ(linked.exit_code, 0) << linked.output;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link"));
+  EXPECT_EQ(testing::file_bytes(dir_ / "target/model.safetensors"),
+            testing::file_bytes(dir_ / "here/model.safetensors"));
+  for (const char* folder : {"here", "target"})
+    for (const auto& entry : fs::directory_iterator(dir_ / folder))
+      EXPECT_FALSE(entry.path().filename().string().starts_with(".export.tmp")) << "a temporary left in " << folder;
 }
 
 // OUT may be new or empty; a folder holding anything (an earlier export too) needs --overwrite, which replaces

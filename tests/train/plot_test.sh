@@ -50,6 +50,9 @@ printf '%s\n' '{"step": 1, "loss": 5.5, "step_ms": 2.0, "comm_ms": 0.5, "comm_mo
 printf '%s\n' '{"step": 1, "loss": 5.5, "step_ms": 2.0}' '{"step": 2, "loss": 5.' > "$work/cut.jsonl"
 printf '%s\n' '{"step": 1, "loss": "5.5", "step_ms": 2.0}' > "$work/string.jsonl"
 echo '{"event": "summary"}' > "$work/summary.jsonl"
+echo '{"step": 1, "step_ms": 2.0}' > "$work/no-loss.jsonl"
+echo '{"step": 1, "loss": 5.5, "step_ms": -2.0}' > "$work/negative.jsonl"
+/usr/bin/python3 -c "print('[' * 100000)" > "$work/deep.json"
 echo '{"op": "allreduce"' > "$work/cut.json"
 echo '{"rows": []}' > "$work/object.json"
 echo '[{"op": "allreduce", "algo": "ring", "size": 1024, "ranks": 2}]' > "$work/no-time.json"
@@ -65,6 +68,10 @@ refused "--link: cannot read '$work/missing.json': No such file or directory" --
 refused "--run: '$work/cut.jsonl' line 2 is not JSON" --run "$work/cut.jsonl"
 refused "--run: '$work/string.jsonl' line 1: 'loss' is \"5.5\", expected a number" --run "$work/string.jsonl"
 refused "--run: '$work/summary.jsonl' holds no step records" --run "$work/summary.jsonl"
+refused "--run: '$work/no-loss.jsonl' holds no loss in its 1 step record(s)" --run "$work/no-loss.jsonl"
+refused "--run: '$work/negative.jsonl' line 1: 'step_ms' is -2.0, expected a time in ms (> 0)" \
+  --run "$work/negative.jsonl"
+refused "--bench: '$work/deep.json' is not JSON (maximum recursion depth" --bench "$work/deep.json"
 refused "--bench: '$work/cut.json' is not JSON" --bench "$work/cut.json"
 refused "--bench: '$work/object.json' holds an object, expected the JSON array of rows" --bench "$work/object.json"
 refused "--bench: '$work/no-time.json' row 0 is" --bench "$work/no-time.json"
@@ -111,4 +118,14 @@ plots link_time.png "plot: note: allreduce ring: no model line (an α–β fit n
   --bench "$work/one.json"
 plots link_time.png "" --bench "$work/all.json" --link "$work/link.json"
 plots "loss.png step_time.png link_time.png" "" --run "$work/run.jsonl" --bench "$work/all.json"
+
+# A write that fails (here: beyond a file-size limit) leaves the earlier plot as it was, and no temporary beside it.
+mkdir -p "$work/kept" && echo "an earlier plot" > "$work/kept/loss.png"
+status=0
+(ulimit -f 8 && "$plot" --run "$work/run.jsonl" --out "$work/kept") > "$work/out.txt" 2>&1 || status=$?
+[ "$status" = 2 ] && grep -qF "plot: --out: cannot write '$work/kept/loss.png': File too large" "$work/out.txt" ||
+  { cat "$work/out.txt"; fail "plot.py beyond the file-size limit exited $status"; }
+[ "$(cat "$work/kept/loss.png")" = "an earlier plot" ] || fail "a failed write replaced the earlier loss.png"
+[ "$(ls -A "$work/kept")" = "loss.png" ] || fail "a failed write left $(ls -A "$work/kept")"
+echo "kept: the earlier loss.png, after a write beyond the file-size limit"
 echo "PASS"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The scripts' checks of their arguments and variables: each bad value ends with one line `SCRIPT: ...` naming it and
+# what is accepted, and exit 2, before anything is set up, built or run (so each case takes well under a second).
+# Usage: input_test.sh SOURCE_DIR
+set -uo pipefail
+root=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# refused EXPECTED COMMAND...: exit 2 and exactly one line, the expected one.
+refused() {
+  local expected=$1 status=0
+  shift
+  (cd "$root" && timeout 60 "$@") > "$work/out.txt" 2>&1 || status=$?
+  [ "$status" = 2 ] && [ "$(cat "$work/out.txt")" = "$expected" ] ||
+    { cat "$work/out.txt"; fail "$* exited $status, expected 2 and the one line: $expected"; }
+  echo "refused: $*: $expected"
+}
+
+refused "demo.sh: DPTRAIN_RANKS must be a whole number of at least 1, got 'abc'" env DPTRAIN_RANKS=abc scripts/demo.sh
+refused "bench-train.sh: config: no file '$work/none.toml'" scripts/bench-train.sh "$work/none.toml"
+refused "bench-train.sh: threads must be a whole number of at least 1, got 'abc'" \
+  scripts/bench-train.sh configs/tiny.toml abc
+refused "bench-train.sh: steps must be a whole number of at least 3, got '2'" scripts/bench-train.sh configs/tiny.toml 1 2
+refused "bench-ddp.sh: ranks must be a whole number of at least 1, got '0'" scripts/bench-ddp.sh configs/tiny.toml 0
+refused "bench-gemm.sh: ROUNDS must be a whole number of at least 1, got '-1'" \
+  env ROUNDS=-1 scripts/bench-gemm.sh configs/tiny.toml
+mkdir -p "$work/build" && touch "$work/build/dptrain" "$work/build/dpbench" && chmod +x "$work/build"/*
+refused "bench-compare.sh: STEPS must be a whole number of at least 3, got '1.5'" \
+  env STEPS=1.5 scripts/bench-compare.sh "$work/build" "$work/build"
+refused "bench-collectives.sh: REPEATS must be a whole number of at least 1, got 'abc'" \
+  env REPEATS=abc scripts/bench-collectives.sh
+refused "bench-collectives.sh: NPS must be a whole number of at least 1, got 'two'" \
+  env NPS="2 two" scripts/bench-collectives.sh
+refused "bench-model-fit.sh: NPS must be a whole number of at least 2, got '1'" env NPS=1 scripts/bench-model-fit.sh
+refused "bench-overlap.sh: STEPS must be a whole number of at least 3, got '0'" env STEPS=0 scripts/bench-overlap.sh
+refused "bench-zero.sh: NP must be a whole number of at least 1, got 'x'" env NP=x scripts/bench-zero.sh
+refused "bench-hosts.sh: RATE '50 mbit' is not a tc rate (expected a number of at least 8 bit/s and one of tc's units \
+bit, kbit, mbit, gbit, tbit, bps, kbps, mbps, gbps, tbps, e.g. 200mbit)" env RATE="50 mbit" scripts/bench-hosts.sh
+refused "python-env: usage: scripts/python-env.sh [DIR] (got: --help)" scripts/python-env.sh --help
+touch "$work/a-file"
+refused "python-env: cannot create '$work/a-file/venv': '$work/a-file' is not a folder this user can write" \
+  scripts/python-env.sh "$work/a-file/venv"
+refused "gpu-check: OUT='$work/a-file' is not a directory this user can write (expected a directory, or a path to \
+create)" env OUT="$work/a-file" scripts/gpu-check.sh
+
+# gpt_reference.py, where Debian's torch is installed (scripts/setup.sh installs it; CI has it).
+if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+  reference=scripts/gpt_reference.py
+  refused "gpt_reference: --threads must be at least 1, got 0" /usr/bin/python3 $reference bench --threads 0
+  refused "gpt_reference: --steps must be at least 3 (the first 2 are warm-up), got 2" \
+    /usr/bin/python3 $reference bench --steps 2
+  refused "gpt_reference: --nproc must be at least 1, got 0" /usr/bin/python3 $reference bench-ddp --nproc 0
+  refused "gpt_reference: --safetensors: cannot read '$work/none': No such file or directory" \
+    /usr/bin/python3 $reference check --safetensors "$work/none" --heads 2
+  refused "gpt_reference: --safetensors: '$work/a-file' is not a safetensors file (unpack requires a buffer of 8 bytes)" \
+    /usr/bin/python3 $reference check --safetensors "$work/a-file" --heads 2
+else
+  echo "SKIP: gpt_reference.py's checks: Debian's python3-torch is not installed (the scripts' checks above passed)"
+  exit 77
+fi
+echo "PASS"
