@@ -44,7 +44,9 @@ except ImportError as e:
     sys.exit(f"export_hf: {e}: needs the Python packages numpy, safetensors and xxhash (scripts/python-env.sh "
              f"installs them into build/python; run this with build/python/bin/python)")
 
-FORMAT = "dptrain-checkpoint-1"  # kCheckpointFormat, include/dptrain/train/checkpoint_meta.hpp
+# kCheckpointFormat and kCheckpointFormatUnsealed, include/dptrain/train/checkpoint_meta.hpp (the 2's meta.json
+# checksum is dptrain's to verify: this reads the model file only, whose XXH64 it checks).
+FORMATS = ("dptrain-checkpoint-2", "dptrain-checkpoint-1")
 MODEL_KEYS = ("vocab", "seq", "layers", "width", "heads")
 EXPORT_FILES = ("config.json", "model.safetensors")
 # dptrain's matrices in nn.Linear's [out, in] order; GPT-2's Conv1D stores [in, out].
@@ -99,8 +101,9 @@ def read_meta(folder):
         fail(f"{path}: not valid JSON ({e}); expected the JSON object dptrain writes")
     if not isinstance(meta, dict):
         fail(f"{path}: the document is {shown(meta)}, expected the JSON object dptrain writes")
-    if meta.get("format") != FORMAT:
-        fail(f"{path}: 'format' is {shown(meta.get('format'))}, expected \"{FORMAT}\" (not a dptrain checkpoint)")
+    if meta.get("format") not in FORMATS:
+        fail(f"{path}: 'format' is {shown(meta.get('format'))}, expected \"{FORMATS[0]}\" or \"{FORMATS[1]}\" "
+             f"(not a dptrain checkpoint)")
     model = meta.get("model")
     if not isinstance(model, dict):
         fail(f"{path}: 'model' is {shown(model)}, expected an object with {', '.join(MODEL_KEYS)}")
@@ -199,7 +202,7 @@ def check_out(out, ckpt, folder, overwrite):
     except OSError as e:
         fail(f"cannot list OUT '{out}': {reason(e)}")
     meta = os.path.join(out, "meta.json")
-    if "latest" in entries or (os.path.isfile(meta) and f'"{FORMAT}"'.encode() in read_bytes(meta)):
+    if "latest" in entries or (os.path.isfile(meta) and any(f'"{f}"'.encode() in read_bytes(meta) for f in FORMATS)):
         fail(f"OUT '{out}' holds a dptrain checkpoint ({'latest' if 'latest' in entries else 'meta.json'}); "
              f"export to another folder")
     if entries and not overwrite:

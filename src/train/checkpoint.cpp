@@ -172,6 +172,7 @@ std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, 
         {"data", {{"path", options.data}, {"next_step", step}}},
         {"rng", {{"seed", options.seed}, {"step", step}}},
     };
+    seal_checkpoint_meta(meta);
     write_file_atomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
   }
   ranks_of_run.barrier();

@@ -70,11 +70,24 @@ std::string publish_step(const std::string& root, const std::string& temporary, 
 
 std::string read_latest(const std::string& root) {
   const fs::path file = fs::path(root) / "latest";
+  if (!fs::exists(file) && fs::is_regular_file(fs::path(root) / "meta.json")) {
+    fs::path folder = fs::path(root).lexically_normal();
+    if (!folder.has_filename()) folder = folder.parent_path();  // "dir/step-000003/"
+    const std::string parent = folder.parent_path().empty() ? "." : folder.parent_path().string();
+    fail(
+        "--resume: '{}' is a step folder; --resume takes the checkpoint directory that holds it and its 'latest' "
+        "file ('{}')",
+        root, parent);
+  }
+  require(!fs::exists(file) || fs::is_regular_file(file),
+          "--resume: '{}' is not a regular file (expected the one "
+          "line a save writes, the name of the step folder)",
+          file.string());
   std::ifstream in(file);
   require(bool(in), "--resume: '{}' has no 'latest' file: no checkpoint was completed there", root);
   std::string name((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  require(std::regex_match(name, kStepFolder), "--resume: '{}' names '{}', expected a step folder (step-NNNNNN)",
+  require(std::regex_match(name, kStepFolder), "--resume: '{}' names {:?}, expected a step folder (step-NNNNNN)",
           file.string(), name);
   require(fs::is_directory(fs::path(root) / name), "--resume: '{}' names '{}', which is not a folder in '{}'",
           file.string(), name, root);

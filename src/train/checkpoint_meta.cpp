@@ -86,10 +86,11 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
          shown(meta.json));
   const MetaReader read(step_dir, meta.json);
 
-  const nlohmann::json& format = read.required("format", fmt::format("\"{}\"", kCheckpointFormat).c_str());
-  if (!format.is_string() || format.get<std::string>() != kCheckpointFormat)
-    read.refuse("unknown format", fmt::format("key 'format' is {}, expected \"{}\"", shown(format),
-                                              kCheckpointFormat));
+  const std::string formats = fmt::format("\"{}\" or \"{}\"", kCheckpointFormat, kCheckpointFormatUnsealed);
+  const nlohmann::json& format = read.required("format", formats.c_str());
+  if (!format.is_string() || (format != kCheckpointFormat && format != kCheckpointFormatUnsealed))
+    read.refuse("unknown format", fmt::format("key 'format' is {}, expected {}", shown(format), formats));
+  const bool sealed = format == kCheckpointFormat;
 
   meta.step = read.integer("step", read.required("step", "an integer from 0 to 2147483647"));
   meta.optimizer_step = meta.json.contains("optimizer_step") ? read.integer("optimizer_step", meta.json["optimizer_step"])
@@ -132,7 +133,8 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
     }
   }
 
-  // Absent in checkpoints written before checksums were recorded: nothing to verify against.
+  // Absent in checkpoints written before checksums were recorded (format 1): nothing to verify against.
+  if (sealed) read.required("checksums", "an object of file name to \"xxh64:...\"");
   if (meta.json.contains("checksums")) {
     const nlohmann::json& checksums = meta.json["checksums"];
     if (!checksums.is_object()) read.wrong_type("checksums", checksums, "an object of file name to \"xxh64:...\"");
@@ -150,7 +152,27 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
     if (!meta.checksums.count("model.safetensors"))
       read.refuse("missing checksum", "key 'checksums.model.safetensors': expected the checksum of every file");
   }
+  // Last: a document whose structure is wrong is named by what is wrong, not by its checksum.
+  if (sealed) {
+    const nlohmann::json& recorded = read.required("meta_checksum", "\"xxh64:\" and 16 hex digits");
+    const auto expected = recorded.is_string() ? parse_checksum_text(recorded.get<std::string>()) : std::nullopt;
+    if (!expected)
+      read.refuse("bad checksum",
+                  fmt::format("key 'meta_checksum' is {}, expected \"xxh64:\" and 16 hex digits", shown(recorded)));
+    nlohmann::json unsealed = meta.json;
+    unsealed.erase("meta_checksum");
+    if (const std::uint64_t actual = xxh64(unsealed.dump()); actual != *expected)
+      fail(
+          "checkpoint '{}': meta.json is damaged: xxh64 {:016x} of its contents, expected {:016x} (recorded in it as "
+          "meta_checksum when it was written)",
+          step_dir, actual, *expected);
+  }
   return meta;
+}
+
+void seal_checkpoint_meta(nlohmann::json& meta) {
+  meta.erase("meta_checksum");
+  meta["meta_checksum"] = checksum_text(xxh64(meta.dump()));
 }
 
 }  // namespace dptrain

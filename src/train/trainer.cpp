@@ -149,6 +149,15 @@ void Trainer::connect() {
                                           : fmt::format("{} GEMM probe", backend_->name());
   peak_flops_ = world_.sum_in_rank_order(peak) / world_.size();
   engine_->set_collectives(transport_.collectives.get());
+  // Last, after every collective of the set-up: rank 0 makes --save DIR (the ranks agree on it by now) and locks
+  // it, so that another run on the same directory, one started at the same moment too, is refused here, before
+  // step 1, rather than at its first save after its training (or, racing it, the two mixing their checkpoints).
+  if (!options_.save.empty() && world_.rank() == 0) {
+    std::error_code error;
+    std::filesystem::create_directories(options_.save, error);
+    require(!error, "--save: cannot create '{}': {}", options_.save, error.message());
+    save_lock_.acquire(options_.save);
+  }
 }
 
 void Trainer::say(const std::string& line) const {
@@ -175,8 +184,6 @@ std::string Trainer::save(int step) {
            }},
       !saved_once_);
   saved_once_ = true;
-  // A directory the first save created: locked from now on (another run that created it too is refused here).
-  if (world_.rank() == 0) save_lock_.acquire(options_.save);
   if (!options_.quiet) say(fmt::format("dptrain | saved checkpoint {}", where));
   return where;
 }

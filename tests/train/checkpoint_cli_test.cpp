@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "dptrain/train/checkpoint_meta.hpp"
 #include "test_support.hpp"
 
 namespace dptrain {
@@ -106,7 +107,9 @@ TEST_F(CheckpointRuns, ASaveOnAReadOnlyFilesystemIsRefusedBeforeStepOne) {
     if (command.empty()) GTEST_SKIP() << why;
     const auto r = run_command(command);
     EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output;
-    if (c.ranks == 1) EXPECT_EQ(r.output, read_only_refusal("dptrain: ", ro)) << command;
+    if (c.ranks == 1) {
+      EXPECT_EQ(r.output, read_only_refusal("dptrain: ", ro)) << command;
+    }
     EXPECT_NE(r.output.find(read_only_refusal("dptrain: ", ro)), std::string::npos) << command << "\n" << r.output;
     EXPECT_EQ(testing::occurrences(r.output, "dptrain: "), 1) << command << "\n" << r.output;  // once for the job
     EXPECT_EQ(r.output.find("dptrain | "), std::string::npos) << "refused after set-up: " << r.output;
@@ -214,6 +217,7 @@ TEST_F(CheckpointRuns, DamagedShardsAndMetadataAreRefusedOnEveryRank) {
   const std::string meta_text = testing::file_bytes(step + "/meta.json");
   nlohmann::json m = nlohmann::json::parse(meta_text);
   m["optimizer_shards"] = {"optimizer-00000-of-00002.safetensors", "optimizer-00000-of-00002.safetensors"};
+  seal_checkpoint_meta(m);
   testing::write_text(step + "/meta.json", m.dump());
   r = resume();
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -224,6 +228,7 @@ TEST_F(CheckpointRuns, DamagedShardsAndMetadataAreRefusedOnEveryRank) {
 
   m = nlohmann::json::parse(meta_text);
   m["optimizer_step"] = "two";
+  seal_checkpoint_meta(m);
   testing::write_text(step + "/meta.json", m.dump());
   r = resume();
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -2,6 +2,7 @@
 // `latest`; flipped bytes, duplicated shards, non-finite values and damaged meta.json are refused with the file
 // named; stale temporaries and --keep-last pruning remove exactly what they should; the --save set-up checks.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstring>
@@ -48,11 +49,13 @@ class CheckpointIntegrity : public ::testing::Test {
   std::string root() const { return dir_.path.string(); }
   ResumePoint load() { return load_checkpoint(root(), b_, options_); }
   nlohmann::json meta(const std::string& step_dir) const { return nlohmann::json::parse(file_bytes(step_dir + "/meta.json")); }
-  // Rewrites a step folder's meta.json with `change` applied.
+  // Rewrites a step folder's meta.json with `change` applied, sealed again as a save would seal it (what is tested
+  // is the check of the content, as a writer with a bug would leave it; a document no longer an object stays so).
   template <typename F>
   void edit_meta(const std::string& step_dir, F change) {
     nlohmann::json m = meta(step_dir);
     change(m);
+    if (m.is_object()) seal_checkpoint_meta(m);
     write_text(step_dir + "/meta.json", m.dump());
   }
 
@@ -129,6 +132,89 @@ TEST_F(CheckpointIntegrity, AFlippedByteIsRefusedNamingTheFile) {
     write_text(path, original);
   }
   EXPECT_EQ(load().step, 2);
+}
+
+// meta.json is sealed by its own checksum: one flipped byte — a value that still parses (the step), or the name of
+// the key that holds the files' checksums — is refused, where it used to resume silently wrong or unverified.
+// Format 1 (no seal) still loads.
+TEST_F(CheckpointIntegrity, AFlippedByteInMetaJsonIsRefused) {
+  train(2);
+  const std::string step = save_checkpoint(root(), a_, options_, 2), path = step + "/meta.json";
+  const std::string original = file_bytes(path);
+  ASSERT_NE(original.find("\"format\": \"dptrain-checkpoint-2\""), std::string::npos) << original;
+  ASSERT_NE(original.find("\"meta_checksum\": \"xxh64:"), std::string::npos) << original;
+  const std::string recorded = meta(step)["meta_checksum"];
+  const auto flipped = [&](const std::string& from, const std::string& to) {
+    std::string text = original;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+  };
+  const std::string step_flipped = flipped("\"step\": 2,", "\"step\": 3,");  // 0x32 → 0x33: one bit
+  write_text(path, step_flipped);
+  nlohmann::json contents = nlohmann::json::parse(step_flipped);
+  contents.erase("meta_checksum");
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint '{}': meta.json is damaged: xxh64 {:016x} of its contents, expected {} (recorded "
+                        "in it as meta_checksum when it was written)",
+                        step, xxh64(contents.dump()), recorded.substr(6)));
+  write_text(path, flipped("\"checksums\"", "\"bhecksums\""));
+  EXPECT_EQ(
+      refusal([&] { load(); }),
+      fmt::format("checkpoint '{}': meta.json: missing key (key 'checksums': expected an object of file name to "
+                  "\"xxh64:...\")",
+                  step));
+  write_text(path, flipped("\"meta_checksum\"", "\"meta_checksun\""));
+  EXPECT_EQ(
+      refusal([&] { load(); }),
+      fmt::format("checkpoint '{}': meta.json: missing key (key 'meta_checksum': expected \"xxh64:\" and 16 hex "
+                  "digits)",
+                  step));
+  // What a save of the format before the seal wrote: loads, its files still checked against "checksums".
+  nlohmann::json unsealed = nlohmann::json::parse(original);
+  unsealed.erase("meta_checksum");
+  unsealed["format"] = kCheckpointFormatUnsealed;
+  write_text(path, unsealed.dump(2));
+  EXPECT_EQ(load().step, 2);
+  write_text(path, original);
+  EXPECT_EQ(load().step, 2);
+}
+
+// What is not a regular file where a save writes one (a folder, a device that reads forever, a FIFO that blocks)
+// is refused naming it, and `latest` is shown as it is, one line.
+TEST_F(CheckpointIntegrity, NonRegularFilesAndAStrangeLatestAreRefusedNamingThem) {
+  train(1);
+  const std::string step = save_checkpoint(root(), a_, options_, 1);
+  const std::string optimizer = step + "/optimizer.safetensors";
+  const std::string saved = file_bytes(optimizer);
+  fs::remove(optimizer);
+  fs::create_symlink("/dev/zero", optimizer);
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint file '{}' is not a regular file (expected the file a save wrote)", optimizer));
+  fs::remove(optimizer);
+  ASSERT_EQ(::mkfifo(optimizer.c_str(), 0600), 0);
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint file '{}' is not a regular file (expected the file a save wrote)", optimizer));
+  fs::remove(optimizer);
+  write_text(optimizer, saved);
+  const std::string latest = file_bytes(root() + "/latest");
+  write_text(root() + "/latest", "garbage\nmore");
+  EXPECT_EQ(refusal([&] { load(); }), fmt::format("--resume: '{}/latest' names \"garbage\\nmore\", expected a step "
+                                                  "folder (step-NNNNNN)",
+                                                  root()));
+  fs::remove(root() + "/latest");
+  fs::create_directory(root() + "/latest");
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("--resume: '{}/latest' is not a regular file (expected the one line a save writes, the name "
+                        "of the step folder)",
+                        root()));
+  fs::remove(root() + "/latest");
+  write_text(root() + "/latest", latest);
+  EXPECT_EQ(refusal([&] { load_checkpoint(step, b_, options_); }),
+            fmt::format("--resume: '{}' is a step folder; --resume takes the checkpoint directory that holds it and "
+                        "its 'latest' file ('{}')",
+                        step, root()));
+  EXPECT_EQ(load().step, 1);
 }
 
 TEST_F(CheckpointIntegrity, ShardsMustTileTheFlatBufferExactlyOnce) {
@@ -214,13 +300,17 @@ TEST_F(CheckpointIntegrity, DamagedMetaJsonNamesTheCheckpointAndTheKey) {
        "missing key (key 'step': expected an integer from 0 to 2147483647)"},
       {[](nlohmann::json& m) { m["step"] = -4; },
        "value out of range (key 'step' is -4, expected an integer from 0 to 2147483647)"},
-      {[](nlohmann::json& m) { m["model"] = 7; }, "wrong type (key 'model' is a number 7, expected an object of the model's shape)"},
+      {[](nlohmann::json& m) { m["model"] = 7; },
+       "wrong type (key 'model' is a number 7, expected an object of the model's shape)"},
       {[](nlohmann::json& m) { m["optimizer_shards"] = {"../../etc/passwd"}; },
-       "bad file name (key 'optimizer_shards[0]' is \"../../etc/passwd\", expected a file name inside the step folder)"},
+       "bad file name (key 'optimizer_shards[0]' is \"../../etc/passwd\", expected a file name inside the step "
+       "folder)"},
       {[](nlohmann::json& m) { m["checksums"]["model.safetensors"] = "crc:12"; },
-       "bad checksum (key 'checksums.model.safetensors' is a string \"crc:12\", expected \"xxh64:\" and 16 hex digits)"},
+       "bad checksum (key 'checksums.model.safetensors' is a string \"crc:12\", expected \"xxh64:\" and 16 hex "
+       "digits)"},
       {[](nlohmann::json& m) { m["format"] = "other-1"; },
-       "unknown format (key 'format' is a string \"other-1\", expected \"dptrain-checkpoint-1\")"},
+       "unknown format (key 'format' is a string \"other-1\", expected \"dptrain-checkpoint-2\" or "
+       "\"dptrain-checkpoint-1\")"},
       {[](nlohmann::json& m) { m["parameters"] = m["parameters"].get<std::size_t>() + 1; },
        fmt::format("inconsistent (key 'parameters' is {}, but its model shape has {} parameters)",
                    a_.layout().total() + 1, a_.layout().total())},

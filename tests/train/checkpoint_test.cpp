@@ -7,6 +7,7 @@
 #include "../kernels/cuda_on_cpu_backend.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/checkpoint.hpp"
+#include "dptrain/train/checkpoint_meta.hpp"
 #include "dptrain/train/option_table.hpp"
 #include "dptrain/train/safetensors.hpp"
 #include "test_support.hpp"
@@ -168,6 +169,7 @@ TEST_P(Checkpoint, LoopStepNamesTheFolderAndTheOptimizerStepIsRestored) {
   // A checkpoint from before optimizer_step was recorded: its optimizer step is its step.
   nlohmann::json old = meta;
   old.erase("optimizer_step");
+  seal_checkpoint_meta(old);
   testing::write_text(dir / "step-000005/meta.json", old.dump());
   EXPECT_EQ(load_checkpoint(dir.path.string(), b, options).optimizer_step, 5);
   EXPECT_EQ(b.optimizer_step(), 5);
@@ -175,6 +177,7 @@ TEST_P(Checkpoint, LoopStepNamesTheFolderAndTheOptimizerStepIsRestored) {
   // More updates than steps cannot happen: refused with the values.
   nlohmann::json ahead = meta;
   ahead["optimizer_step"] = 6;
+  seal_checkpoint_meta(ahead);
   testing::write_text(dir / "step-000005/meta.json", ahead.dump());
   try {
     load_checkpoint(dir.path.string(), b, options);

@@ -149,6 +149,26 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
 }
 
 // The memory refusal names the estimate and what is available, in binary units.
+// A --save directory another run holds is refused at set-up, before the first step, even where that run has saved
+// nothing there yet: the first run, on a fresh directory, locks it at the end of its set-up; the second, started
+// while the first trains, is refused (it used to train, and the two then wrote one directory).
+TEST_F(DptrainProgram, ASaveDirectoryInUseIsRefusedBeforeTheFirstStep) {
+  const std::string busy = dir_ / "busy", lock = dir_ / "busy/.dptrain.lock";
+  const auto r = run_command(fmt::format(
+      "{} > {} 2>&1 & first=$!; for i in $(seq 300); do [ -e {} ] && break; sleep 0.1; done; {} 2>&1; status=$?; "
+      "kill $first; wait $first; exit $status",
+      dptrain("--steps 100000 --save " + busy), dir_ / "first.txt", lock, dptrain("--steps 2 --save " + busy)));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("dptrain: --save: '{}' is in use by another run", busy)), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
+  // Free, a fresh directory is made and locked at set-up, and holds the run's checkpoint at the end.
+  const auto free = run_command(dptrain("--steps 2 --save " + (dir_ / "fresh")));
+  EXPECT_EQ(free.exit_code, 0) << free.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "fresh/.dptrain.lock"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "fresh/step-000002/meta.json"));
+}
+
 TEST_F(DptrainProgram, ARunTooLargeForMemoryIsRefusedWithTheEstimate) {
   const auto r = run_command(dptrain("--width 65536 --layers 1024 --heads 1"));
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -291,12 +291,12 @@ TEST_F(HuggingFaceInterop, ExportRefusesBadInputInOneLine) {
   } metas[] = {
       {"{not json", "meta.json: not valid JSON"},
       {"[1, 2]", "meta.json: the document is [1, 2], expected the JSON object dptrain writes"},
-      {R"({"format": "other"})", R"('format' is "other", expected "dptrain-checkpoint-1")"},
-      {R"({"format": "dptrain-checkpoint-1"})", "'model' is null"},
-      {R"({"format": "dptrain-checkpoint-1", "model": {"vocab": 256, "seq": 16, "layers": "2", "width": 32, )"
+      {R"({"format": "other"})", R"('format' is "other", expected "dptrain-checkpoint-2" or "dptrain-checkpoint-1")"},
+      {R"({"format": "dptrain-checkpoint-2"})", "'model' is null"},
+      {R"({"format": "dptrain-checkpoint-2", "model": {"vocab": 256, "seq": 16, "layers": "2", "width": 32, )"
        R"("heads": 2}})",
        R"('model.layers' is "2", expected a positive integer)"},
-      {R"({"format": "dptrain-checkpoint-1", )" + model + R"(, "checksums": {"model.safetensors": "xxh64:12"}})",
+      {R"({"format": "dptrain-checkpoint-2", )" + model + R"(, "checksums": {"model.safetensors": "xxh64:12"}})",
        R"('checksums.model.safetensors' is "xxh64:12", expected "xxh64:" and 16 hex digits)"},
   };
   const std::string out = dir_ / "hf";

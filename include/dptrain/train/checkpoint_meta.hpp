@@ -13,7 +13,10 @@
 
 namespace dptrain {
 
-inline constexpr const char* kCheckpointFormat = "dptrain-checkpoint-1";
+// What a save writes: format 2 seals meta.json with its own checksum ("meta_checksum") beside the files' ones, and
+// a reader requires both. Format 1 (no meta_checksum; "checksums" absent in the oldest) is still read as it was.
+inline constexpr const char* kCheckpointFormat = "dptrain-checkpoint-2";
+inline constexpr const char* kCheckpointFormatUnsealed = "dptrain-checkpoint-1";
 
 struct CheckpointMeta {
   int step = 0;            // loop steps done
@@ -27,5 +30,10 @@ struct CheckpointMeta {
 
 // Parses and checks the text of `step_dir`/meta.json. Throws UserError (any input: fuzzed).
 CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_view text);
+
+// Sets meta["meta_checksum"] to the XXH64 of the document without that key, as compact JSON text (nlohmann::json
+// keeps keys sorted, and its numbers read back to the same text): a flipped byte anywhere in meta.json — a step, a
+// key's name — no longer matches it.
+void seal_checkpoint_meta(nlohmann::json& meta);
 
 }  // namespace dptrain

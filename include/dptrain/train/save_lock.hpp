@@ -15,9 +15,9 @@ class SaveLock {
   SaveLock& operator=(const SaveLock&) = delete;
 
   // Takes the lock of the existing directory `dir` (once; later calls return at once), creating the lock file
-  // unless `create` is false: then a directory without one is left as it is (nothing is created at set-up,
-  // before the ranks agree on --save; a run holding the directory has made the file at its first save). Throws
-  // UserError when another process holds it, or the lock file cannot be made.
+  // unless `create` is false: then a directory without one is left as it is (the checks of --save create nothing
+  // before the ranks agree on it; Trainer::connect then makes the directory and the file, and takes the lock
+  // before step 1). Throws UserError when another process holds it, or the lock file cannot be made.
   void acquire(const std::string& dir, bool create = true);
   bool held() const { return fd_ >= 0; }
 

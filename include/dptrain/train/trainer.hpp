@@ -35,7 +35,8 @@ class Trainer {
   // Collective, once every rank's set-up succeeded: checks that every rank was started with the same options,
   // the same training tokens and the same resume step (a rank with another --steps, --save or --link would
   // leave the others waiting in a collective; UserError naming the first option that differs, the rank and both
-  // values), then opens the transport and the collectives.
+  // values), then opens the transport and the collectives; last, rank 0 makes --save DIR and takes its lock
+  // (SaveLock: a directory another run holds is refused here, before step 1).
   void connect();
 
   // Runs the remaining steps. Returns the exit code: 0; kExitNonFinite when a step was not finite and
@@ -73,7 +74,7 @@ class Trainer {
   LinkSource link_;
   double peak_flops_ = 0;  // per rank
   std::string peak_source_;
-  SaveLock save_lock_;  // rank 0's lock of --save DIR, once DIR exists
+  SaveLock save_lock_;  // rank 0's lock of --save DIR, from the end of connect()
   int first_step_ = 0;  // loop steps done before this run: the resumed checkpoint's step, or 0
   std::vector<std::string> changed_since_checkpoint_;  // "--steps 80 (was 50)": options a resumed run changed
   OverlapChoice overlap_choice_{"on"};
