@@ -10,6 +10,9 @@
 # Usage (from the repository root, build-gpu/ unpacked): scripts/gpu-mpirun.sh -np N [mpirun options] PROGRAM ARGS...
 #   e.g. scripts/gpu-mpirun.sh -np 2 build-gpu/bin/dpbench --op allreduce -b 1K -e 1M -f 4 -c 1
 set -euo pipefail
+usage="usage: scripts/gpu-mpirun.sh -np N [mpirun options] PROGRAM ARGS..."
+[ $# -ge 3 ] && [[ $1 == -np || $1 == -n ]] || { echo "gpu-mpirun: $usage" >&2; exit 2; }
+[[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "gpu-mpirun: $1 must be a whole number of at least 1, got '$2' ($usage)" >&2; exit 2; }
 bundle="$(cd "$(dirname "$0")/.." && pwd)/build-gpu"
 [ -x "$bundle/bin/orterun" ] ||
   { echo "gpu-mpirun: no $bundle/bin/orterun: unpack a build-gpu.tar.xz that scripts/gpu-bundle.sh packed" >&2; exit 2; }

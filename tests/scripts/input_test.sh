@@ -42,6 +42,8 @@ refused "python-env: usage: scripts/python-env.sh [DIR] (got: --help)" scripts/p
 touch "$work/a-file"
 refused "python-env: cannot create '$work/a-file/venv': '$work/a-file' is not a folder this user can write" \
   scripts/python-env.sh "$work/a-file/venv"
+refused "gpu-mpirun: -np must be a whole number of at least 1, got 'two' (usage: scripts/gpu-mpirun.sh -np N \
+[mpirun options] PROGRAM ARGS...)" scripts/gpu-mpirun.sh -np two build-gpu/bin/dpbench
 refused "gpu-check: OUT='$work/a-file' is not a directory this user can write (expected a directory, or a path to \
 create)" env OUT="$work/a-file" scripts/gpu-check.sh
 
