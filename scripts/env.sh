@@ -60,8 +60,9 @@ dptrain_refuse() {
   echo "$(basename "$0"): $*" >&2
   exit 2
 }
-dptrain_require_count() {  # a whole number of at least $3
-  [[ $2 =~ ^[0-9]+$ ]] && (( 10#$2 >= $3 )) || dptrain_refuse "$1 must be a whole number of at least $3, got '$2'"
+dptrain_require_count() {  # a whole number of at least $3, written as dptrain reads it (no leading zero, 9 digits at most)
+  [[ $2 =~ ^(0|[1-9][0-9]{0,8})$ ]] && (( $2 >= $3 )) ||
+    dptrain_refuse "$1 must be a whole number of at least $3, got '$2'"
 }
 dptrain_require_counts() {  # a list of them (NPS="2 4"), not empty
   local count

@@ -69,6 +69,9 @@ def reason(error):
 
 
 def read_bytes(path):
+    # A folder, a device (a link to /dev/zero reads forever), a FIFO (blocks): never a file dptrain wrote.
+    if os.path.exists(path) and not os.path.isfile(path):
+        fail(f"'{path}' is not a regular file (expected the file dptrain wrote)")
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -84,6 +87,8 @@ def step_folder(ckpt):
     if os.path.isfile(os.path.join(ckpt, "meta.json")):
         return ckpt
     latest = os.path.join(ckpt, "latest")
+    if os.path.exists(latest) and not os.path.isfile(latest):
+        fail(f"'{latest}' is not a regular file (expected the one line dptrain writes, the name of the step folder)")
     if not os.path.isfile(latest):
         fail(f"'{ckpt}' is neither a checkpoint step folder (no meta.json) nor a checkpoint directory (no 'latest')")
     folder = os.path.join(ckpt, read_bytes(latest).decode(errors="replace").strip())

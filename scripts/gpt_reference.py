@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import statistics
 import struct
 import sys
@@ -234,6 +235,8 @@ def refuse(message):
 
 def read_safetensors(path):
     """name → fp32 numpy array, for F32 and BF16 tensors (the formats dptrain writes)."""
+    if os.path.exists(path) and not os.path.isfile(path):  # a folder, a device, a FIFO
+        refuse(f"--safetensors: '{path}' is not a regular file")
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -307,7 +310,7 @@ def check(args):
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage block
-        refuse(f"{message} (usage: {self.format_usage().removeprefix('usage: ').strip()})")
+        refuse(f"{message} (usage: {' '.join(self.format_usage().removeprefix('usage: ').split())})")
 
 
 def check_arguments(args):

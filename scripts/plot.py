@@ -232,7 +232,7 @@ def save(fig, out, name):
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage block
-        fail(f"{message} (usage: {self.format_usage().removeprefix('usage: ').strip()})")
+        fail(f"{message} (usage: {' '.join(self.format_usage().removeprefix('usage: ').split())})")
 
 
 def main():

@@ -128,23 +128,23 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("-e,--maxbytes", max_bytes, "largest message in bytes")->capture_default_str();
   app.add_option("-f,--stepfactor", options.factor, "size multiplier between rows (integer ≥ 2)")
       ->capture_default_str()
-      ->check(dptrain::whole_number<int>());
+      ->transform(dptrain::whole_number<int>());
   app.add_option("-o,--op", op, "allreduce, reduce_scatter, all_gather, sendrecv, or all (the three collectives)")
       ->capture_default_str();
   app.add_option("-a,--algo", algo, "ring, tree, native or all (ignored by sendrecv)")->capture_default_str();
   app.add_option("-d,--datatype", dtype, "bf16 or fp32")->capture_default_str();
   app.add_option("-n,--iters", options.iters, "timed iterations per row")
       ->capture_default_str()
-      ->check(dptrain::whole_number<int>());
+      ->transform(dptrain::whole_number<int>());
   app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations before them")
       ->capture_default_str()
-      ->check(dptrain::whole_number<int>());
+      ->transform(dptrain::whole_number<int>());
   app.add_option("--fit", options.fit,
                  "fit α and β (and γ, the reduction's cost per byte added, with --op all) to the sweep by least "
                  "squares (per algorithm) and write the first algorithm's to this link.json (for dptrain --link)");
   app.add_option("-c,--check", check, "1: verify results and count wrong elements")
       ->capture_default_str()
-      ->check(dptrain::whole_number<int>());
+      ->transform(dptrain::whole_number<int>());
   app.add_option("--json", options.json, "also write the rows as a JSON array to this file");
   app.add_option("--ring-piece", piece, "ring message size in bytes (K, M, G suffixes; 'chunk' = unpipelined)");
   app.add_option("--device", options.device, "cpu (MPI, host buffers) or cuda (NCCL, GPU buffers)")

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -38,6 +39,24 @@ void remove_step(const fs::path& folder) {
   std::error_code ec;
   fs::remove_all(folder, ec);
   require(!ec, "cannot remove old checkpoint '{}': {}", folder.string(), ec.message());
+}
+
+// The first line of `latest` as a message shows it: escaped, and cut where a save's one short line would have ended
+// (a file of any size or kind may stand there: it is read only if it is a regular file, and 4 KiB of it at most).
+constexpr std::size_t kLatestShown = 64;
+std::string latest_shown(const std::string& text) {
+  const std::string shown = fmt::format("{:?}", text.substr(0, kLatestShown));
+  return text.size() > kLatestShown ? shown + "..." : shown;
+}
+std::optional<std::string> latest_text(const fs::path& file) {
+  std::error_code error;
+  if (!fs::is_regular_file(file, error)) return std::nullopt;
+  std::ifstream in(file, std::ios::binary);
+  std::string text(4096, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(std::size_t(in.gcount()));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
 }
 
 bool holds_checkpoints(const fs::path& root) {
@@ -80,15 +99,13 @@ std::string read_latest(const std::string& root) {
         root, parent);
   }
   require(!fs::exists(file) || fs::is_regular_file(file),
-          "--resume: '{}' is not a regular file (expected the one "
-          "line a save writes, the name of the step folder)",
+          "--resume: '{}' is not a regular file (expected the one line a save writes, the name of the step folder)",
           file.string());
-  std::ifstream in(file);
-  require(bool(in), "--resume: '{}' has no 'latest' file: no checkpoint was completed there", root);
-  std::string name((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  require(std::regex_match(name, kStepFolder), "--resume: '{}' names {:?}, expected a step folder (step-NNNNNN)",
-          file.string(), name);
+  const std::optional<std::string> read = latest_text(file);
+  require(read.has_value(), "--resume: '{}' has no 'latest' file: no checkpoint was completed there", root);
+  const std::string& name = *read;
+  require(std::regex_match(name, kStepFolder), "--resume: '{}' names {}, expected a step folder (step-NNNNNN)",
+          file.string(), latest_shown(name));
   require(fs::is_directory(fs::path(root) / name), "--resume: '{}' names '{}', which is not a folder in '{}'",
           file.string(), name, root);
   return name;
@@ -213,15 +230,21 @@ void prepare_save_directory(const TrainOptions& options, std::size_t parameters,
   require_save_writable(options, 0);
   // Checkpoints of another run are not replaced silently; resuming from this very directory continues it.
   if (fs::is_directory(root) && holds_checkpoints(root) && !continues_in_place(options) && !options.overwrite) {
-    std::string latest = "none";
-    if (fs::exists(root / "latest")) {
-      std::ifstream in(root / "latest");
-      std::getline(in, latest);
-    }
+    const std::optional<std::string> text = latest_text(root / "latest");
+    const std::string latest = !fs::exists(root / "latest")           ? "none"
+                               : !text                                ? "not a regular file"
+                               : std::regex_match(*text, kStepFolder) ? *text
+                                                                      : latest_shown(*text);
     fail("--save: '{}' already holds checkpoints (latest: {}); pass --overwrite to replace them, --resume {} to "
          "continue from them, or another --save directory",
          options.save, latest, options.save);
   }
+  // A save replaces `latest` with a file: what is there must be one (a folder there fails only at the first save).
+  require(
+      !fs::exists(root / "latest") || fs::is_regular_file(root / "latest"),
+      "--save: '{}' is not a regular file (expected the one line a save writes; remove it, or give another --save "
+      "directory)",
+      (root / "latest").string());
   if (fs::is_directory(root)) {
     lock.acquire(root.string(), false);  // before anything of a run that may still be writing here is removed
     remove_stale_temporaries(root.string());

@@ -70,7 +70,7 @@ TrainOption entry(std::string flag, std::string help, Field field, Agreement agr
       CLI::Option* added = app.add_option(flag, target, help);
       if (shown == Shown::default_value) added->capture_default_str();
       if constexpr (std::is_floating_point_v<T>) added->check(finite_number());
-      if constexpr (std::is_integral_v<T>) added->check(whole_number<T>());
+      if constexpr (std::is_integral_v<T>) added->transform(whole_number<T>());
     }
   };
   option.text = [field](const TrainOptions& options) { return value_text(field(options)); };

@@ -68,6 +68,29 @@ std::string config_error_line(const std::string& what) {
                      key, suggestion.empty() ? "" : fmt::format("; did you mean `{}`?", suggestion));
 }
 
+// A config's keys each once, with one value: CLI11 lets a repeated key's last value win, reads repeats on
+// consecutive lines and arrays as one key with several values (the last wins), and crashes on an empty array. A
+// file it cannot read is left to its parse, which says so.
+void check_config_keys(const std::string& path) {
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const CLI::Error&) {
+    return;
+  }
+  std::set<std::string> keys;
+  for (const CLI::ConfigItem& item : items) {
+    require(keys.insert(item.fullname()).second, "--config {}: key '{}' is given twice (TOML allows each key once)",
+            path, item.fullname());
+    require(!item.inputs.empty(),
+            "--config {}: key '{}' has no value (an empty array): give it one (e.g. `layers = 4`)", path,
+            item.fullname());
+    require(item.inputs.size() == 1,
+            "--config {}: key '{}' has {} values ({}): give it once, with one value (e.g. `layers = 4`)", path,
+            item.fullname(), item.inputs.size(), fmt::join(item.inputs, ", "));
+  }
+}
+
 }  // namespace
 
 std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool print_help) {
@@ -81,6 +104,12 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
 
   for (const TrainOption& option : train_option_table()) option.add_to_parser(app, o);
 
+  // Before CLI11 reads them: its parse crashes on a key given an empty array.
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--config" && i + 1 < argc) check_config_keys(argv[i + 1]);
+    if (arg.starts_with("--config=")) check_config_keys(std::string(arg.substr(9)));
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -100,23 +129,18 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   const std::vector<std::string> configs = app.get_config_ptr()->results();
   require(configs.size() <= 1, "--config is given {} times ({}): give one file (flags after it override its keys)",
           configs.size(), fmt::join(configs, ", "));
-  if (configs.size() == 1) {
-    std::set<std::string> keys;
-    for (const CLI::ConfigItem& item : CLI::ConfigTOML().from_file(configs.front())) {
-      require(keys.insert(item.fullname()).second, "--config {}: key '{}' is given twice (TOML allows each key once)",
-              configs.front(), item.fullname());
-      // Repeats on consecutive lines, and arrays, reach here as one key with several values, the last of which
-      // would win.
-      require(item.inputs.size() <= 1,
-              "--config {}: key '{}' has {} values ({}): give it once, with one value (e.g. `layers = 4`)",
-              configs.front(), item.fullname(), item.inputs.size(), fmt::join(item.inputs, ", "));
-    }
-  }
   // --no-overlap is --overlap off: one value from here on, which the ranks and the checkpoint compare.
   if (o.no_overlap && app.count("--overlap") > 0 && o.overlap != "off")
     fail("--no-overlap contradicts --overlap {} (give one of them)", o.overlap);
   if (o.no_overlap) o.overlap = "off";
   o.no_overlap = o.overlap == "off";
+  // A path given empty is a mistake (an unset variable in a script), not "none": the run would silently not save.
+  for (const auto& [flag, path] : {std::pair{"--save", o.save},
+                                   {"--resume", o.resume},
+                                   {"--log", o.log},
+                                   {"--trace", o.trace},
+                                   {"--data", o.data}})
+    require(app.count(flag) == 0 || !path.empty(), "{}: expected a path, got ''", flag);
   require(app.count("--link") == 0 || !o.link.empty(),
           "--link: expected a preset (nvlink-h100, ib-400g, wan-100g), a link.json or alpha=5us,bw=450GB/s, got ''; "
           "leave it out to calibrate the link at start-up");

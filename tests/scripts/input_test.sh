@@ -19,6 +19,8 @@ refused() {
 }
 
 refused "demo.sh: DPTRAIN_RANKS must be a whole number of at least 1, got 'abc'" env DPTRAIN_RANKS=abc scripts/demo.sh
+refused "demo.sh: DPTRAIN_RANKS must be a whole number of at least 1, got '99999999999999999999'" \
+  env DPTRAIN_RANKS=99999999999999999999 scripts/demo.sh
 refused "bench-train.sh: config: no file '$work/none.toml'" scripts/bench-train.sh "$work/none.toml"
 refused "bench-train.sh: threads must be a whole number of at least 1, got 'abc'" \
   scripts/bench-train.sh configs/tiny.toml abc

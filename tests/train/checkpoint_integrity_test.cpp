@@ -208,7 +208,26 @@ TEST_F(CheckpointIntegrity, NonRegularFilesAndAStrangeLatestAreRefusedNamingThem
             fmt::format("--resume: '{}/latest' is not a regular file (expected the one line a save writes, the name "
                         "of the step folder)",
                         root()));
+  // --save's checks at set-up read no `latest` that is not a regular file (a FIFO would block them), and refuse one
+  // that a save could not replace.
   fs::remove(root() + "/latest");
+  ASSERT_EQ(::mkfifo((root() + "/latest").c_str(), 0600), 0);
+  TrainOptions save = options_;
+  save.save = root();
+  SaveLock lock;
+  EXPECT_EQ(refusal([&] { prepare_save_directory(save, 1000, 10, lock); }).substr(0, 90),
+            fmt::format("--save: '{}' already holds checkpoints (latest: not a regular file)", root()).substr(0, 90));
+  save.overwrite = true;
+  EXPECT_EQ(refusal([&] { prepare_save_directory(save, 1000, 10, lock); }),
+            fmt::format("--save: '{}/latest' is not a regular file (expected the one line a save writes; remove it, "
+                        "or give another --save directory)",
+                        fs::absolute(root()).string()));
+  // A `latest` of a megabyte is shown cut, in one line.
+  fs::remove(root() + "/latest");
+  write_text(root() + "/latest", std::string(1 << 20, 'x'));
+  EXPECT_EQ(refusal([&] { load(); }), fmt::format("--resume: '{}/latest' names \"{}\"..., expected a step folder "
+                                                  "(step-NNNNNN)",
+                                                  root(), std::string(64, 'x')));
   write_text(root() + "/latest", latest);
   EXPECT_EQ(refusal([&] { load_checkpoint(step, b_, options_); }),
             fmt::format("--resume: '{}' is a step folder; --resume takes the checkpoint directory that holds it and "

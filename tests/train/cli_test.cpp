@@ -93,6 +93,8 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--config " + (dir_ / "missing.toml"), "--config: "},
       {"--link " + (dir_ / "missing.json"), "--link: no file '" + (dir_ / "missing.json") + "'"},
       {"--link nvlink", "--link: unknown link 'nvlink'"},
+      {"--save ''", "--save: expected a path, got ''"},
+      {"--resume ''", "--resume: expected a path, got ''"},
       {"--link ''", "--link: expected a preset (nvlink-h100, ib-400g, wan-100g), a link.json or alpha=5us,bw=450GB/s, "
                     "got ''; leave it out to calibrate the link at start-up"},
       // A peak whose FLOP/s would be infinite.
@@ -100,6 +102,8 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       // A flag's value is true or false, not any integer.
       {"--no-overlap=2", "--no-overlap: expected true or false, got '2'"},
       {"--op-times=maybe", "--op-times: expected true or false, got 'maybe'"},
+      // A leading zero is decimal: CLI11 alone read 010 as octal 8, and refused 09 as "Could not convert".
+      {"--batch 09 --grad-accum 02", "--batch 9 is not divisible by ranks × --grad-accum = 1 × 2"},
       {"--overlap auto --no-overlap", "--no-overlap contradicts --overlap auto (give one of them)"},
       {"--cpu-gemm nt=auto,nn=openblas,tn=openblas", "--cpu-gemm: unknown library 'auto' for nt (expected openblas"},
   };
@@ -122,6 +126,12 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   // Repeated on consecutive lines or given as an array, a key reaches the parser as one with several values.
   testing::write_text(dir_ / "adjacent.toml", "layers = 2\nlayers = 3\nwidth = 32\nheads = 2\n");
   testing::write_text(dir_ / "array.toml", "layers = 2\nwidth = 32\nheads = 2\ngrad-accum = [2, 4]\n");
+  testing::write_text(dir_ / "empty-array.toml", "layers = []\n");  // CLI11 itself crashed on it
+  const auto empty = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / "empty-array.toml"));
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  EXPECT_EQ(empty.output, fmt::format("dptrain: --config {}: key 'layers' has no value (an empty array): give it one "
+                                      "(e.g. `layers = 4`)\n",
+                                      dir_ / "empty-array.toml"));
   for (const auto& [file, key, values] :
        {std::tuple{"adjacent.toml", "layers", "2, 3"}, std::tuple{"array.toml", "grad-accum", "2, 4"}}) {
     const auto several = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / file) + " --data " +
@@ -131,7 +141,8 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
                                           "value (e.g. `layers = 4`)\n",
                                           dir_ / file, key, values));
   }
-  const auto two_files = run_command(dptrain("--config " + (dir_ / "twice.toml")));
+  testing::write_text(dir_ / "second.toml", "layers = 2\n");
+  const auto two_files = run_command(dptrain("--config " + (dir_ / "second.toml")));
   EXPECT_EQ(two_files.exit_code, 2) << two_files.output;
   EXPECT_NE(two_files.output.find("dptrain: --config is given 2 times"), std::string::npos) << two_files.output;
   // A CPU description the user named that is not there: not read as a CPU without extensions.

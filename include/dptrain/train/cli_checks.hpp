@@ -19,7 +19,9 @@ CLI::Validator finite_number();
 // takes any integer, -1 as false and 2 as true.
 CLI::Validator true_or_false();
 
-// A whole number its type holds: CLI11 alone would clamp 2^64 to 2^64 − 1 and wrap -1 to it.
+// A whole number its type holds: CLI11 alone would clamp 2^64 to 2^64 − 1 and wrap -1 to it. Given as a transform
+// (Option::transform), it also rewrites the text as plain decimal, which CLI11 then converts: alone, CLI11 reads
+// "010" as octal 8 and refuses "08".
 template <typename T>
 CLI::Validator whole_number() {
   static_assert(std::is_integral_v<T>);
@@ -35,6 +37,7 @@ CLI::Validator whole_number() {
                              std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
         if (error != std::errc() || end != text.data() + text.size())
           return fmt::format("expected a whole number, got '{}'", text);
+        text = fmt::format("{}", value);
         return {};
       },
       "INTEGER");
