@@ -59,6 +59,9 @@ std::optional<std::string> latest_text(const fs::path& file) {
   return text;
 }
 
+// What a save writes or replaces may be missing, or a regular file: not a folder, a device or a FIFO.
+bool absent_or_regular(const fs::path& path) { return !fs::exists(path) || fs::is_regular_file(path); }
+
 bool holds_checkpoints(const fs::path& root) {
   return fs::exists(root / "latest") || !step_folders(root.string()).empty();
 }
@@ -98,7 +101,7 @@ std::string read_latest(const std::string& root) {
         "file ('{}')",
         root, parent);
   }
-  require(!fs::exists(file) || fs::is_regular_file(file),
+  require(absent_or_regular(file),
           "--resume: '{}' is not a regular file (expected the one line a save writes, the name of the step folder)",
           file.string());
   const std::optional<std::string> read = latest_text(file);
@@ -241,7 +244,7 @@ void prepare_save_directory(const TrainOptions& options, std::size_t parameters,
   }
   // A save replaces `latest` with a file: what is there must be one (a folder there fails only at the first save).
   require(
-      !fs::exists(root / "latest") || fs::is_regular_file(root / "latest"),
+      absent_or_regular(root / "latest"),
       "--save: '{}' is not a regular file (expected the one line a save writes; remove it, or give another --save "
       "directory)",
       (root / "latest").string());

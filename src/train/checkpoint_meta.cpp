@@ -60,6 +60,13 @@ class MetaReader {
   const nlohmann::json& json_;
 };
 
+// The XXH64 that seals a meta.json: of the document without its "meta_checksum", as compact JSON text.
+std::uint64_t contents_hash(const nlohmann::json& meta) {
+  nlohmann::json contents = meta;
+  contents.erase("meta_checksum");
+  return xxh64(contents.dump());
+}
+
 // A shard name must stay inside the step folder: no separators, not "." or "..".
 bool plain_file_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
@@ -159,9 +166,7 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
     if (!expected)
       read.refuse("bad checksum",
                   fmt::format("key 'meta_checksum' is {}, expected \"xxh64:\" and 16 hex digits", shown(recorded)));
-    nlohmann::json unsealed = meta.json;
-    unsealed.erase("meta_checksum");
-    if (const std::uint64_t actual = xxh64(unsealed.dump()); actual != *expected)
+    if (const std::uint64_t actual = contents_hash(meta.json); actual != *expected)
       fail(
           "checkpoint '{}': meta.json is damaged: xxh64 {:016x} of its contents, expected {:016x} (recorded in it as "
           "meta_checksum when it was written)",
@@ -170,9 +175,6 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
   return meta;
 }
 
-void seal_checkpoint_meta(nlohmann::json& meta) {
-  meta.erase("meta_checksum");
-  meta["meta_checksum"] = checksum_text(xxh64(meta.dump()));
-}
+void seal_checkpoint_meta(nlohmann::json& meta) { meta["meta_checksum"] = checksum_text(contents_hash(meta)); }
 
 }  // namespace dptrain

@@ -64,9 +64,7 @@ std::uint64_t write_safetensors(const std::string& path, const std::vector<Tenso
 
 std::string read_file_bytes(const std::string& path) {
   // A folder, a device (a link to /dev/zero reads forever), a FIFO (blocks): never a file a save wrote.
-  std::error_code error;
-  const auto status = std::filesystem::status(path, error);
-  require(error || status.type() == std::filesystem::file_type::regular || !std::filesystem::exists(status),
+  require(!std::filesystem::exists(path) || std::filesystem::is_regular_file(path),
           "checkpoint file '{}' is not a regular file (expected the file a save wrote)", path);
   std::ifstream in(path, std::ios::binary);
   require(bool(in), "cannot open checkpoint file '{}'", path);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "dptrain/core/checksum.hpp"
 #include "dptrain/core/error.hpp"
@@ -158,18 +159,14 @@ TEST_F(CheckpointIntegrity, AFlippedByteInMetaJsonIsRefused) {
             fmt::format("checkpoint '{}': meta.json is damaged: xxh64 {:016x} of its contents, expected {} (recorded "
                         "in it as meta_checksum when it was written)",
                         step, xxh64(contents.dump()), recorded.substr(6)));
-  write_text(path, flipped("\"checksums\"", "\"bhecksums\""));
-  EXPECT_EQ(
-      refusal([&] { load(); }),
-      fmt::format("checkpoint '{}': meta.json: missing key (key 'checksums': expected an object of file name to "
-                  "\"xxh64:...\")",
-                  step));
-  write_text(path, flipped("\"meta_checksum\"", "\"meta_checksun\""));
-  EXPECT_EQ(
-      refusal([&] { load(); }),
-      fmt::format("checkpoint '{}': meta.json: missing key (key 'meta_checksum': expected \"xxh64:\" and 16 hex "
-                  "digits)",
-                  step));
+  // A key's name with a flipped byte: the key is missing.
+  for (const auto& [key, flip, expected] :
+       {std::tuple{"checksums", "bhecksums", "an object of file name to \"xxh64:...\""},
+        std::tuple{"meta_checksum", "meta_checksun", "\"xxh64:\" and 16 hex digits"}}) {
+    write_text(path, flipped(fmt::format("\"{}\"", key), fmt::format("\"{}\"", flip)));
+    EXPECT_EQ(refusal([&] { load(); }),
+              fmt::format("checkpoint '{}': meta.json: missing key (key '{}': expected {})", step, key, expected));
+  }
   // What a save of the format before the seal wrote: loads, its files still checked against "checksums".
   nlohmann::json unsealed = nlohmann::json::parse(original);
   unsealed.erase("meta_checksum");
