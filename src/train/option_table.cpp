@@ -148,8 +148,9 @@ std::vector<TrainOption> make_table() {
       entry("--overlap",
             "Gradient collectives during backward: on, off (after backward ends), or auto (both timed on steps 2-7, "
             "the faster kept)",
-            DPTRAIN_FIELD(overlap), all, unsaved),
-      entry("--no-overlap", "The same as --overlap off", DPTRAIN_FIELD(no_overlap), all, saved),
+            DPTRAIN_FIELD(overlap), all, saved),
+      // Folded into --overlap by the parser: the checkpoint records the one value.
+      entry("--no-overlap", "The same as --overlap off", DPTRAIN_FIELD(no_overlap), all, unsaved),
       entry("--grad-accum", "Micro-steps per step (gradient accumulation); the batch stays --batch",
             DPTRAIN_FIELD(grad_accum), all, saved),
       // Each rank watches its own waits; a rank with a shorter timeout only ends a stuck job sooner.
@@ -231,7 +232,9 @@ std::vector<std::string> changed_since_checkpoint(const nlohmann::json& saved, c
   for (const TrainOption& option : train_option_table())
     if (option.in_checkpoint && saved.is_object() && saved.contains(option.key()) &&
         saved.at(option.key()) != option.json(options))
-      changed.push_back(fmt::format("{} {} (was {})", option.flag, option.text(options), saved.at(option.key()).dump()));
+      changed.push_back(fmt::format("{} {} (was {})", option.flag, option.text(options),
+                                    saved.at(option.key()).is_string() ? saved.at(option.key()).get<std::string>()
+                                                                       : saved.at(option.key()).dump()));
   return changed;
 }
 

@@ -150,11 +150,11 @@ TEST(OptionTable, CheckpointSectionHoldsTheTrainingSettings) {
   options.skip_nonfinite = true;
   const nlohmann::json section = checkpoint_training_section(options);
   const nlohmann::json expected = {
-      {"val_fraction", 0.1}, {"steps", 200},        {"batch", 16},         {"lr", 0.002},
-      {"min_lr", 1e-4},      {"warmup", 20},        {"weight_decay", 0.1}, {"grad_clip", 1.0},
-      {"seed", 1337},        {"skip_nonfinite", true}, {"max_skipped", 10}, {"eval_every", 50}, {"eval_windows", 32},
-      {"allreduce", "ring"}, {"grad_dtype", "fp32"}, {"zero", 0},          {"bucket_mb", 25.0},
-      {"no_overlap", false}, {"grad_accum", 1}};
+      {"val_fraction", 0.1}, {"steps", 200},           {"batch", 16},          {"lr", 0.002},
+      {"min_lr", 1e-4},      {"warmup", 20},           {"weight_decay", 0.1},  {"grad_clip", 1.0},
+      {"seed", 1337},        {"skip_nonfinite", true}, {"max_skipped", 10},    {"eval_every", 50},
+      {"eval_windows", 32},  {"allreduce", "ring"},    {"grad_dtype", "fp32"}, {"zero", 0},
+      {"bucket_mb", 25.0},   {"overlap", "auto"},      {"grad_accum", 1}};
   EXPECT_EQ(section, expected) << section.dump();
 }
 
