@@ -40,6 +40,8 @@ refused "bench-overlap.sh: STEPS must be a whole number of at least 3, got '0'" 
 refused "bench-zero.sh: NP must be a whole number of at least 1, got 'x'" env NP=x scripts/bench-zero.sh
 refused "bench-hosts.sh: RATE '50 mbit' is not a tc rate (expected a number of at least 8 bit/s and one of tc's units \
 bit, kbit, mbit, gbit, tbit, bps, kbps, mbps, gbps, tbps, e.g. 200mbit)" env RATE="50 mbit" scripts/bench-hosts.sh
+refused "sanitize-kernels.sh: takes no arguments (got: --help; the build folder is DPTRAIN_SANITIZE_BUILD)" \
+  scripts/sanitize-kernels.sh --help
 refused "python-env: usage: scripts/python-env.sh [DIR] (got: --help)" scripts/python-env.sh --help
 touch "$work/a-file"
 refused "python-env: cannot create '$work/a-file/venv': '$work/a-file' is not a folder this user can write" \
