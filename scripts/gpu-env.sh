@@ -11,8 +11,9 @@ mkdir -p "$OUT" 2>/dev/null && [ -w "$OUT" ] || {
   exit 2
 }
 cd "$root" || exit 2
-log() { echo "gpu-check | $*" | tee -a "$OUT/progress.txt"; }
 started=$(date +%s)
+# Each line with the seconds since the start: what each step took, to size the next call's deadline by.
+log() { echo "gpu-check | $(( $(date +%s) - started )) s | $*" | tee -a "$OUT/progress.txt"; }
 
 # ---- the carried build --------------------------------------------------------------------------------------
 # Unpacked afresh from the tarball on every call: a machine kept between calls may hold an older build-gpu/.

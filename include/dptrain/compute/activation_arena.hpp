@@ -18,6 +18,21 @@ struct TensorSpec {
   std::size_t bytes() const { return element_bytes * count; }
 };
 
+// Under AddressSanitizer (scripts/sanitize-kernels.sh) every tensor is an allocation of its own, so that a kernel's
+// access past a tensor's end lands in a redzone instead of the next tensor; the table, its offsets and bytes() stay
+// those of the one arena, which the memory summary reports.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kArenaTensorPerAllocation = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kArenaTensorPerAllocation = true;
+#else
+inline constexpr bool kArenaTensorPerAllocation = false;
+#endif
+#else
+inline constexpr bool kArenaTensorPerAllocation = false;
+#endif
+
 class ActivationArena {
  public:
   using Id = std::size_t;
@@ -38,6 +53,7 @@ class ActivationArena {
   std::vector<TensorSpec> table_;
   std::size_t bytes_ = 0;
   Buffer buffer_;
+  std::vector<Buffer> tensors_;  // with kArenaTensorPerAllocation: one per table entry, instead of buffer_
 };
 
 }  // namespace dptrain
