@@ -97,7 +97,9 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
   const nlohmann::json& format = read.required("format", formats.c_str());
   if (!format.is_string() || (format != kCheckpointFormat && format != kCheckpointFormatUnsealed))
     read.refuse("unknown format", fmt::format("key 'format' is {}, expected {}", shown(format), formats));
-  const bool sealed = format == kCheckpointFormat;
+  // A seal is verified whatever the format says: a format 2 document whose "format" was changed to 1 still holds
+  // its meta_checksum, of contents that said 2 (format 1 never wrote the key).
+  const bool sealed = format == kCheckpointFormat || meta.json.contains("meta_checksum");
 
   meta.step = read.integer("step", read.required("step", "an integer from 0 to 2147483647"));
   meta.optimizer_step = meta.json.contains("optimizer_step") ? read.integer("optimizer_step", meta.json["optimizer_step"])

@@ -167,6 +167,15 @@ TEST_F(CheckpointIntegrity, AFlippedByteInMetaJsonIsRefused) {
     EXPECT_EQ(refusal([&] { load(); }),
               fmt::format("checkpoint '{}': meta.json: missing key (key '{}': expected {})", step, key, expected));
   }
+  // The format alone changed to the one before the seal: the seal is still verified, and the change found.
+  nlohmann::json downgraded = nlohmann::json::parse(original);
+  downgraded["format"] = kCheckpointFormatUnsealed;
+  write_text(path, downgraded.dump(2));
+  downgraded.erase("meta_checksum");
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint '{}': meta.json is damaged: xxh64 {:016x} of its contents, expected {} (recorded "
+                        "in it as meta_checksum when it was written)",
+                        step, xxh64(downgraded.dump()), recorded.substr(6)));
   // What a save of the format before the seal wrote: loads, its files still checked against "checksums".
   nlohmann::json unsealed = nlohmann::json::parse(original);
   unsealed.erase("meta_checksum");
