@@ -42,6 +42,10 @@ refused "bench-hosts.sh: RATE '50 mbit' is not a tc rate (expected a number of a
 bit, kbit, mbit, gbit, tbit, bps, kbps, mbps, gbps, tbps, e.g. 200mbit)" env RATE="50 mbit" scripts/bench-hosts.sh
 refused "sanitize-kernels.sh: takes no arguments (got: --help; the build folder is DPTRAIN_SANITIZE_BUILD)" \
   scripts/sanitize-kernels.sh --help
+refused "gpu-check-all.sh: GPU_CHECK_SECONDS must be a whole number of at least 60, got 'ten'" \
+  env GPU_CHECK_SECONDS=ten scripts/gpu-check-all.sh
+refused "gpu-check-all.sh: GPU_CHECK_SINGLE_SECONDS (300) must leave the two-rank check 30 s of GPU_CHECK_SECONDS (300)" \
+  env GPU_CHECK_SECONDS=300 scripts/gpu-check-all.sh
 refused "python-env: usage: scripts/python-env.sh [DIR] (got: --help)" scripts/python-env.sh --help
 touch "$work/a-file"
 refused "python-env: cannot create '$work/a-file/venv': '$work/a-file' is not a folder this user can write" \
@@ -50,6 +54,8 @@ refused "gpu-mpirun: -np must be a whole number of at least 1, got 'two' (usage:
 [mpirun options] PROGRAM ARGS...)" scripts/gpu-mpirun.sh -np two build-gpu/bin/dpbench
 refused "gpu-check: OUT='$work/a-file' is not a directory this user can write (expected a directory, or a path to \
 create)" env OUT="$work/a-file" scripts/gpu-check.sh
+refused "gpu-check-all.sh: OUT='$work/a-file/out' is not a directory this user can write (expected a directory, or a \
+path to create)" env OUT="$work/a-file/out" scripts/gpu-check-all.sh
 
 # gpt_reference.py, where Debian's torch is installed (scripts/setup.sh installs it; CI has it).
 if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
