@@ -23,6 +23,7 @@
 
 #include "dptrain/comm/collectives.hpp"
 #include "dptrain/comm/mpi_transport.hpp"
+#include "dptrain/comm/schedule_text.hpp"
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/core/atomic_file.hpp"
 #include "dptrain/core/available_memory.hpp"
@@ -115,6 +116,8 @@ struct Options {
   bool nccl_blocking = false;  // cuda: a blocking NCCL communicator (NcclSettings::blocking)
   std::string
       fit;  // --fit FILE: least-squares α, β (and γ) per algorithm, the first algorithm's written as link.json
+  int schedule_ranks = 0;          // --schedule RANKS: print the schedules over that many ranks, run nothing
+  std::size_t schedule_count = 0;  // --schedule-count: their buffer's elements (default 2 per rank)
 };
 
 // Returns nullopt after --help (printed by rank 0). Throws UserError on bad input, CLI::ParseError on bad syntax.
@@ -157,6 +160,13 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
                "cuda: a blocking NCCL communicator, each group launched on the calling thread (default: "
                "non-blocking, NCCL starts a thread per group)")
       ->check(dptrain::true_or_false());
+  app.add_option("--schedule", options.schedule_ranks,
+                 "print how the collective (-o; -a ring or tree) moves and adds a buffer's elements over this many "
+                 "ranks, round by round, and the sums every rank ends with; then exit, sending nothing")
+      ->transform(dptrain::whole_number<int>());
+  app.add_option("--schedule-count", options.schedule_count,
+                 "with --schedule: the buffer's elements (default: 2 per rank)")
+      ->transform(dptrain::whole_number<std::size_t>());
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -201,6 +211,22 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
     options.ring_piece_bytes = SIZE_MAX;
   else if (app.count("--ring-piece") > 0)
     options.ring_piece_bytes = parse_size(piece, "--ring-piece");
+  require(app.count("--schedule-count") == 0 || app.count("--schedule") > 0,
+          "--schedule-count needs --schedule RANKS");
+  if (app.count("--schedule") > 0) {
+    require(options.schedule_ranks >= 1 && options.schedule_ranks <= kScheduleTextMaxRanks,
+            "--schedule: ranks must be from 1 to {}, got {}", kScheduleTextMaxRanks, options.schedule_ranks);
+    if (app.count("--schedule-count") == 0) options.schedule_count = 2 * std::size_t(options.schedule_ranks);
+    require(options.schedule_count >= 1 && options.schedule_count <= kScheduleTextMaxCount,
+            "--schedule-count: elements must be from 1 to {}, got {}", kScheduleTextMaxCount, options.schedule_count);
+    require(options.op != BenchOp::sendrecv,
+            "--schedule: sendrecv is one message, not a schedule (use -o allreduce, "
+            "reduce_scatter, all_gather or all)");
+    require(algo != "native",
+            "--schedule: native is the library's own collective, with no schedule of ours to "
+            "show (use -a ring, tree or all)");
+    std::erase(options.algorithms, Algorithm::native);
+  }
   return options;
 }
 
@@ -657,6 +683,15 @@ int run(int argc, char** argv, int rank) {
     return kExitBadInput;
   }
   if (!options) return 0;
+  if (options->schedule_ranks > 0) {  // words only: no buffer, no transport
+    if (rank == 0)
+      for (BenchOp op : options->ops)
+        for (Algorithm algo : options->algorithms)
+          std::printf(
+              "%s\n",
+              schedule_text(algo, collective_of(op), options->schedule_ranks, options->schedule_count).c_str());
+    return 0;
+  }
   // Only rank 0 writes the files: find out now, on every rank, whether it can, rather than after the sweep.
   const auto outputs_writable = [&options] {
     for (const auto& [flag, path] : {std::pair{"--json", options->json}, std::pair{"--fit", options->fit}})

@@ -75,6 +75,21 @@ check_bad_input "-b 1: smaller than one bf16 element (2 bytes)" -b 1 -e 8
 check_bad_input "-e: size '17179869185G' does not fit in 64 bits" -e 17179869185G
 check_bad_input "--json: expected a file name, got ''" --json ""
 check_bad_input "--comm-timeout must be in (0, 1e6] seconds, got 0" --comm-timeout 0
+check_bad_input "--schedule: ranks must be from 1 to 16, got 17" --schedule 17
+check_bad_input "--schedule-count: elements must be from 1 to 64, got 0" --schedule 2 --schedule-count 0
+check_bad_input "--schedule-count needs --schedule RANKS" --schedule-count 4
+check_bad_input "--schedule: native is the library's own collective, with no schedule of ours to show (use -a ring, \
+tree or all)" --schedule 4 -a native
+check_bad_input "--schedule: sendrecv is one message, not a schedule (use -o allreduce, reduce_scatter, all_gather or \
+all)" --schedule 4 -o sendrecv
+
+# --schedule prints the schedules once (rank 0), for ring and tree with -a all, and sends nothing.
+"$mpiexec" -n 2 --oversubscribe "$dpbench" --schedule 4 -o reduce_scatter > "$out/schedule.txt"
+[[ $(grep -c ' of 8 elements over 4 ranks' "$out/schedule.txt") == 2 ]] &&
+  grep -q '^ring reduce_scatter of 8 elements over 4 ranks' "$out/schedule.txt" &&
+  grep -q '^tree reduce_scatter of 8 elements over 4 ranks' "$out/schedule.txt" &&
+  grep -q '^3 rounds; elements each rank sends: r0 6, r1 6, r2 6, r3 6$' "$out/schedule.txt" ||
+  { echo "FAIL --schedule:"; cat "$out/schedule.txt"; exit 1; }
 # --fit: what makes a fit impossible is refused before the sweep, on every rank, and nothing is written.
 check_bad_input "--fit: the sweep has one message size (1024 bytes); a fit needs two or more" -b 1K -e 1K \
   --fit "$out/link.json"
