@@ -225,6 +225,9 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
     require(algo != "native",
             "--schedule: native is the library's own collective, with no schedule of ours to "
             "show (use -a ring, tree or all)");
+    require(options.json.empty() && options.fit.empty(),
+            "--schedule sends nothing, so --{} has no measurement to write (leave one of them out)",
+            options.json.empty() ? "fit" : "json");
     std::erase(options.algorithms, Algorithm::native);
   }
   return options;

@@ -82,6 +82,8 @@ check_bad_input "--schedule: native is the library's own collective, with no sch
 tree or all)" --schedule 4 -a native
 check_bad_input "--schedule: sendrecv is one message, not a schedule (use -o allreduce, reduce_scatter, all_gather or \
 all)" --schedule 4 -o sendrecv
+check_bad_input "--schedule sends nothing, so --json has no measurement to write (leave one of them out)" \
+  --schedule 4 --json "$out/schedule.json"
 
 # --schedule prints the schedules once (rank 0), for ring and tree with -a all, and sends nothing.
 "$mpiexec" -n 2 --oversubscribe "$dpbench" --schedule 4 -o reduce_scatter > "$out/schedule.txt"
