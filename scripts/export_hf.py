@@ -16,11 +16,12 @@ OUT receives what `transformers.GPT2LMHeadModel.from_pretrained(OUT)` loads as i
 The BF16 weights become fp32 (exact: every BF16 value is an fp32 value), since numpy, which writes the file here,
 has no bfloat16 type; the model therefore loads in fp32 by default. Needs numpy, safetensors and xxhash (no torch).
 
-Checked before anything is written: meta.json is dptrain's (format, model shape), model.safetensors has the XXH64
-checksum meta.json records for it (as `dptrain --resume` checks; a checkpoint from before checksums were recorded
-is exported unchecked, with a note) and holds exactly the model's tensors.
+Checked before anything is written, as `dptrain --resume` checks: meta.json is dptrain's (format, model shape) and
+its contents are those its meta_checksum seals, model.safetensors has the XXH64 checksum meta.json records for it
+(a checkpoint from before checksums were recorded is exported unchecked, with a note) and holds exactly the
+model's tensors.
 
-OUT is a new folder or an empty one. A folder that holds anything else is refused unless --overwrite is given;
+OUT is a new folder (made with any folders above it that are missing) or an empty one. A folder that holds anything else is refused unless --overwrite is given;
 then its config.json and model.safetensors are replaced and every other file in it is kept (tokenizer files, a
 README). OUT is refused even with --overwrite when it is the checkpoint, lies inside it or holds it, or holds a
 dptrain checkpoint (a meta.json of dptrain's format, or a `latest` file). The export is written into OUT.tmp-PID
@@ -29,7 +30,9 @@ beside OUT and moved into place when complete, so a failure leaves no half-writt
 Bad input prints one line `export_hf: ...` and exits with 2; a failure to write OUT exits with 1.
 """
 import argparse
+import decimal
 import json
+import math
 import os
 import re
 import shutil
@@ -44,9 +47,10 @@ except ImportError as e:
     sys.exit(f"export_hf: {e}: needs the Python packages numpy, safetensors and xxhash (scripts/python-env.sh "
              f"installs them into build/python; run this with build/python/bin/python)")
 
-# kCheckpointFormat and kCheckpointFormatUnsealed, include/dptrain/train/checkpoint_meta.hpp (the 2's meta.json
-# checksum is dptrain's to verify: this reads the model file only, whose XXH64 it checks).
+# kCheckpointFormat and kCheckpointFormatUnsealed, include/dptrain/train/checkpoint_meta.hpp: a meta.json of the
+# first is sealed by its meta_checksum, and records the checksum of every file.
 FORMATS = ("dptrain-checkpoint-2", "dptrain-checkpoint-1")
+CHECKSUM = re.compile("xxh64:[0-9a-f]{16}")
 MODEL_KEYS = ("vocab", "seq", "layers", "width", "heads")
 EXPORT_FILES = ("config.json", "model.safetensors")
 # dptrain's matrices in nn.Linear's [out, in] order; GPT-2's Conv1D stores [in, out].
@@ -101,7 +105,7 @@ def read_meta(folder):
     """meta.json's object, with a complete model shape; refused in one line otherwise."""
     path = os.path.join(folder, "meta.json")
     try:
-        meta = json.loads(read_bytes(path))
+        meta = json.loads(read_bytes(path), parse_float=Number)
     except (ValueError, RecursionError) as e:  # JSONDecodeError, bytes that are not UTF-8, or nested too deep
         fail(f"{path}: not valid JSON ({e}); expected the JSON object dptrain writes")
     if not isinstance(meta, dict):
@@ -120,18 +124,87 @@ def read_meta(folder):
     return meta
 
 
+def sealed(meta):
+    """Whether meta.json carries a seal to verify: format 2 always; any document that holds a meta_checksum (a format
+    2 whose "format" was changed to 1 still holds the seal of contents that said 2), as dptrain decides."""
+    return meta["format"] == FORMATS[0] or "meta_checksum" in meta
+
+
 def recorded_checksum(meta, folder):
     """model.safetensors' XXH64 as meta.json records it; None in a checkpoint from before checksums."""
     if "checksums" not in meta:
+        if sealed(meta):
+            fail(f"{folder}/meta.json: 'checksums' is missing, expected an object of file name to \"xxh64:...\" "
+                 f"(a {FORMATS[0]} records the checksum of every file)")
         return None
     checksums = meta["checksums"]
     if not isinstance(checksums, dict):
         fail(f"{folder}/meta.json: 'checksums' is {shown(checksums)}, expected an object of file name to \"xxh64:...\"")
     text = checksums.get("model.safetensors")
-    if not isinstance(text, str) or not re.fullmatch("xxh64:[0-9a-f]{16}", text):
+    if not isinstance(text, str) or not CHECKSUM.fullmatch(text):
         fail(f"{folder}/meta.json: 'checksums.model.safetensors' is {shown(text)}, expected \"xxh64:\" and 16 hex "
              f"digits")
     return int(text[len("xxh64:"):], 16)
+
+
+class Number(float):
+    """A JSON number with a fraction or exponent, and its text in the file: dptrain wrote it as nlohmann::json writes
+    the double (the text its meta_checksum was made of), which Python's shortest form is not always."""
+
+    def __new__(cls, text):
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def double_text(x):
+    """A double in its shortest digits, laid out as nlohmann::json does: in decimal where the decimal exponent n
+    (x = 0.d1d2… × 10^n) is from -3 to 15, else as d.ddde±XX. nlohmann's digits are Grisu2's, which are longer in
+    a few cases (1 in 150 random doubles, mostly of 16 and 17 digits)."""
+    if x == 0:
+        return "-0.0" if math.copysign(1, x) < 0 else "0.0"
+    _, digits, exponent = decimal.Decimal(repr(abs(float(x)))).normalize().as_tuple()
+    d, k = "".join(map(str, digits)), len(digits)
+    n = k + exponent
+    if k <= n <= 15:
+        text = d + "0" * (n - k) + ".0"
+    elif 0 < n <= 15:
+        text = d[:n] + "." + d[n:]
+    elif -4 < n <= 0:
+        text = "0." + "0" * -n + d
+    else:
+        text = d[0] + ("." + d[1:] if k > 1 else "") + f"e{n - 1:+03d}"
+    return ("-" if x < 0 else "") + text
+
+
+def json_text(value, numbers_as_written):
+    """The compact text nlohmann::json's dump() gives a parsed document (keys in byte order, no spaces, UTF-8 kept):
+    what dptrain's meta_checksum is the XXH64 of, without that key. Numbers with a fraction or exponent as the file
+    has them (numbers_as_written: exact for a file dptrain wrote), or in their shortest form (a number whose text
+    was edited but not its value, 3e-3 for 0.003)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json_text(k, numbers_as_written)}:{json_text(value[k], numbers_as_written)}"
+                              for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(json_text(v, numbers_as_written) for v in value) + "]"
+    if isinstance(value, float):
+        return value.text if numbers_as_written and isinstance(value, Number) else double_text(value)
+    return json.dumps(value, ensure_ascii=False)  # strings, integers, true, false, null
+
+
+def check_seal(meta, folder):
+    """Refuses a sealed meta.json whose contents are not those its meta_checksum was made of (edited or damaged)."""
+    if not sealed(meta):
+        return
+    recorded = meta.get("meta_checksum")
+    if not isinstance(recorded, str) or not CHECKSUM.fullmatch(recorded):
+        fail(f"{folder}/meta.json: 'meta_checksum' is {shown(recorded)}, expected \"xxh64:\" and 16 hex digits")
+    contents = {key: value for key, value in meta.items() if key != "meta_checksum"}
+    expected = int(recorded[len("xxh64:"):], 16)
+    actual = [xxhash.xxh64_intdigest(json_text(contents, as_written).encode()) for as_written in (True, False)]
+    if expected not in actual:
+        fail(f"checkpoint '{folder}': meta.json is damaged: xxh64 {actual[0]:016x} of its contents, expected "
+             f"{expected:016x} (recorded in it as meta_checksum when it was written)")
 
 
 def expected_shapes(model):
@@ -281,6 +354,7 @@ def export(ckpt, out, overwrite):
     model = meta["model"]
     check_out(out, ckpt, folder, overwrite)
     checksum = recorded_checksum(meta, folder)
+    check_seal(meta, folder)  # last, as dptrain: a document whose structure is wrong is named by what is wrong
     if checksum is None:
         print(f"export_hf: note: {folder}/meta.json records no checksums (written before dptrain recorded them); "
               f"model.safetensors is exported unchecked", file=sys.stderr)

@@ -28,6 +28,7 @@
 #include "dptrain/core/atomic_file.hpp"
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/bf16.hpp"
+#include "dptrain/core/distinct_paths.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/fit.hpp"
@@ -198,6 +199,12 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   require(!app.count("--fit") || !options.fit.empty(), "--fit: expected a file name, got ''");
   require(options.fit.empty() || options.op != BenchOp::sendrecv,
           "--fit: sendrecv has no collective formula to fit; use --op allreduce, reduce_scatter or all_gather");
+  require(options.fit.empty() || options.algorithms.front() != Algorithm::tree ||
+              options.ops.front() == BenchOp::allreduce,
+          "--fit: the α–β model has a formula for the tree's all-reduce only, not for its {}; fit the tree with "
+          "--op allreduce (or all), or fit ring or native",
+          op);
+  require_distinct_paths({{"--json", options.json}, {"--fit", options.fit}});
   require(options.iters >= 1, "-n: iterations must be at least 1, got {}", options.iters);
   require(options.warmup >= 0, "-w: warm-up iterations must be at least 0, got {}", options.warmup);
   require(check == 0 || check == 1, "-c: expected 0 or 1, got {}", check);
@@ -504,15 +511,17 @@ void print_row(const BenchResult& r, bool with_estimate) {
   std::fflush(stdout);
 }
 
-// The α–β model of one benchmark row: which collective formula (docs/systems-model.md) its time follows.
-cost::Collective modelled_collective(BenchOp op, const std::string& algo) {
+// The α–β model of one benchmark row: which collective formula (docs/systems-model.md) its time follows; none for
+// the tree's reduce-scatter and all-gather (the model has no formula for them: their rows are left out of its fit).
+std::optional<cost::Collective> modelled_collective(BenchOp op, const std::string& algo) {
+  const bool tree = algo == "tree";
   switch (op) {
     case BenchOp::allreduce:
-      return algo == "tree" ? cost::Collective::tree_all_reduce : cost::Collective::ring_all_reduce;
+      return tree ? cost::Collective::tree_all_reduce : cost::Collective::ring_all_reduce;
     case BenchOp::reduce_scatter:
-      return cost::Collective::ring_reduce_scatter;
+      return tree ? std::nullopt : std::optional(cost::Collective::ring_reduce_scatter);
     case BenchOp::all_gather:
-      return cost::Collective::ring_all_gather;
+      return tree ? std::nullopt : std::optional(cost::Collective::ring_all_gather);
     case BenchOp::sendrecv:
       break;
   }
@@ -528,11 +537,18 @@ void fit_links(const std::string& path, const std::vector<BenchResult>& results)
     if (std::find(algorithms.begin(), algorithms.end(), r.algo) == algorithms.end()) algorithms.push_back(r.algo);
   for (const std::string& algo : algorithms) {
     std::vector<cost::TimingSample> samples;
+    bool rows_left_out = false;
     for (const BenchResult& r : results)
-      if (r.algo == algo && r.size > 0)
-        samples.push_back({modelled_collective(r.op, algo), r.ranks, double(r.size), r.time_us * 1e-6});
+      if (r.algo == algo && r.size > 0) {
+        if (const auto collective = modelled_collective(r.op, algo))
+          samples.push_back({*collective, r.ranks, double(r.size), r.time_us * 1e-6});
+        else
+          rows_left_out = true;
+      }
     cost::LinkGammaFit fitted;
     try {
+      require(!samples.empty() || !rows_left_out, "the model has no formula for the tree's {}",
+              name_of(results.front().op));
       fitted = cost::fit_alpha_beta_gamma(samples, cost::FitWeighting::relative);
     } catch (const UserError& e) {
       // The first algorithm's fit is the link written: without it there is no result. The others are reported.
@@ -541,10 +557,12 @@ void fit_links(const std::string& path, const std::vector<BenchResult>& results)
       continue;
     }
     const cost::LinkFit& fit = fitted.fit;
-    std::printf("# fit %-7s %s%s  (%d sizes, max |relative residual| %.1f%%)\n", algo.c_str(),
+    std::printf("# fit %-7s %s%s  (%d sizes%s, max |relative residual| %.1f%%)\n", algo.c_str(),
                 cost::describe(fit.link).c_str(),
                 fitted.gamma_fitted ? (fit.link.gamma_s_per_byte > 0 ? "" : ", γ = 0") : ", γ not determined",
-                fit.samples, 100 * fit.max_relative_residual);
+                fit.samples,
+                rows_left_out ? " of its all-reduce: the model has no tree reduce-scatter or all-gather" : "",
+                100 * fit.max_relative_residual);
     fits.push_back({{"algo", algo},
                     {"alpha_s", fit.link.alpha_s},
                     {"bandwidth_Bps", fit.link.bandwidth_Bps},

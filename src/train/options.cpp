@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
 #include <iostream>
 #include <set>
 #include <string_view>
@@ -16,6 +15,7 @@
 
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/compute/cpu_gemm.hpp"
+#include "dptrain/core/distinct_paths.hpp"
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/option_table.hpp"
 
@@ -204,23 +204,9 @@ void validate(const TrainOptions& o, int world_size) {
 }
 
 // Outputs that would overwrite each other or the training data (--log run.jsonl --trace run.jsonl, --log x
-// --save x, --log corpus.txt) are refused before anything is written. Paths compare after resolving `.`, `..`
-// and symbolic links of the parts that exist.
+// --save x, --log corpus.txt) are refused before anything is written.
 void require_distinct_paths(const TrainOptions& o) {
-  namespace fs = std::filesystem;
-  const std::pair<const char*, std::string> paths[] = {
-      {"--log", o.log}, {"--trace", o.trace}, {"--save", o.save}, {"--data", o.data}};
-  const auto resolved = [](const std::string& path) {
-    std::error_code error;
-    const fs::path canonical = fs::weakly_canonical(fs::absolute(path), error);
-    return error ? fs::absolute(path).lexically_normal() : canonical;
-  };
-  for (std::size_t i = 0; i < std::size(paths); ++i)
-    for (std::size_t j = i + 1; j < std::size(paths); ++j)
-      if (!paths[i].second.empty() && !paths[j].second.empty() &&
-          resolved(paths[i].second) == resolved(paths[j].second))
-        fail("{} '{}' and {} '{}' are the same path: the run would write one over the other; give each its own",
-             paths[i].first, paths[i].second, paths[j].first, paths[j].second);
+  require_distinct_paths({{"--log", o.log}, {"--trace", o.trace}, {"--save", o.save}, {"--data", o.data}});
 }
 
 }  // namespace dptrain

@@ -97,7 +97,18 @@ check_bad_input "--fit: the sweep has one message size (1024 bytes); a fit needs
   --fit "$out/link.json"
 check_bad_input "--fit: cannot write '$out/missing/link.json': No such file or directory" -b 1K -e 4K \
   --fit "$out/missing/link.json"
+check_bad_input "--fit: the α–β model has a formula for the tree's all-reduce only, not for its all_gather; fit the \
+tree with --op allreduce (or all), or fit ring or native" -o all_gather -a tree -b 1K -e 4K --fit "$out/link.json"
+check_bad_input "--json '$out/link.json' and --fit '$out/./link.json' are the same path" -b 1K -e 4K \
+  --json "$out/link.json" --fit "$out/./link.json"
 [[ ! -e "$out/link.json" ]] || { echo "FAIL: a refused --fit wrote $out/link.json"; exit 1; }
+# The tree's reduce-scatter and all-gather have no formula in the model: their rows are left out of its fit, which
+# says so, and the link written is the first algorithm's (ring).
+"$mpiexec" -n 2 --oversubscribe "$dpbench" -o all_gather -a all -b 1M -e 16M -f 4 -n 2 -w 1 --fit "$out/link.json" \
+  > "$out/fit.txt"
+grep -qxF "# fit tree    none: the model has no formula for the tree's all_gather" "$out/fit.txt" &&
+  jq -e '.fits[0].algo == "ring" and (.fits | length) == 2' "$out/link.json" > /dev/null ||
+  { echo "FAIL --fit with tree all_gather rows:"; cat "$out/fit.txt" "$out/link.json"; exit 1; }
 check_bad_input "-d: unknown dtype 'fp16' (expected bf16 or fp32)" -d fp16
 check_bad_input "-b: bad size '3X'" -b 3X
 check_bad_input "--device: unknown device 'gpu' (expected cpu or cuda)" --device gpu

@@ -281,6 +281,62 @@ TEST_F(HuggingFaceInterop, ExportRefusesADamagedCheckpointNamingTheFile) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// meta.json is checked as `dptrain --resume` checks it: a format 2 document sealed by its meta_checksum. An edited
+// model shape (it would export a wrong model) and a format 2 without its checksums are refused; a number written
+// another way with the same value (which dptrain reads back to the same text) is exported; a format 1 document
+// (from before checksums) is exported unchecked, with a note.
+TEST_F(HuggingFaceInterop, ExportChecksMetaJsonsSealAsResumeDoes) {
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const auto edited = [this](const std::string& name, const auto& edit) {
+    const fs::path copy = copy_of_step(name);
+    const std::string meta = (copy / "meta.json").string();
+    testing::write_text(meta, edit(testing::file_bytes(meta)));
+    return copy;
+  };
+  const auto as_json = [](const auto& edit) {
+    return [edit](const std::string& text) {
+      nlohmann::json meta = nlohmann::json::parse(text);
+      edit(meta);
+      return meta.dump(2);
+    };
+  };
+  const std::string out = dir_ / "hf";
+  const fs::path heads =
+      edited("heads", as_json([this](nlohmann::json& m) { m["model"]["heads"] = 2 * config_.heads; }));
+  expect_refused(export_hf(heads.string() + " " + out),
+                 fmt::format("checkpoint '{}': meta.json is damaged: xxh64 ", heads.string()));
+  const fs::path unsealed = edited("unsealed", as_json([](nlohmann::json& m) {
+                                     m.erase("checksums");
+                                     m.erase("meta_checksum");
+                                   }));
+  expect_refused(export_hf(unsealed.string() + " " + out),
+                 "meta.json: 'checksums' is missing, expected an object of file name to \"xxh64:...\" (a "
+                 "dptrain-checkpoint-2 records the checksum of every file)");
+  EXPECT_FALSE(fs::exists(out));
+
+  // "lr": 0.003 as "lr": 3.000000e-03: the same double.
+  const fs::path respelt = edited("respelt", [](std::string text) {
+    const std::size_t at = text.find("\"lr\": "), start = at + 6, end = text.find_first_of(",\n", start);
+    const double lr = std::stod(text.substr(start, end - start));
+    return text.replace(start, end - start, fmt::format("{:e}", lr));
+  });
+  ASSERT_EQ(testing::occurrences(testing::file_bytes((respelt / "meta.json").string()), "e-0"), 1);
+  const auto exported = export_hf(respelt.string() + " " + out);
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+
+  const fs::path format1 = edited("format-1", as_json([](nlohmann::json& m) {
+                                    m["format"] = "dptrain-checkpoint-1";
+                                    m.erase("checksums");
+                                    m.erase("meta_checksum");
+                                  }));
+  const auto unchecked = export_hf(format1.string() + " " + dir_ / "hf-1");
+  EXPECT_EQ(unchecked.exit_code, 0) << unchecked.output;
+  EXPECT_NE(unchecked.output.find("records no checksums (written before dptrain recorded them); model.safetensors "
+                                  "is exported unchecked"),
+            std::string::npos)
+      << unchecked.output;
+}
+
 // A malformed meta.json, a missing model.safetensors or an OUT that is a file: one line and exit 2, no OUT.
 TEST_F(HuggingFaceInterop, ExportRefusesBadInputInOneLine) {
   ASSERT_NO_FATAL_FAILURE(train_and_save());
