@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -92,9 +93,11 @@ std::size_t parse_size(const std::string& text, const char* flag) {
   if (suffix == "K" || suffix == "k") shift = 10;
   if (suffix == "M" || suffix == "m") shift = 20;
   if (suffix == "G" || suffix == "g") shift = 30;
-  require(digits > 0 && digits <= 12 && shift >= 0,
+  require(digits > 0 && shift >= 0,
           "{}: bad size '{}' (expected bytes with an optional K, M or G suffix, e.g. 8, 1K, 256M)", flag, text);
-  const std::size_t number = std::stoull(text.substr(0, digits));
+  std::size_t number = 0;
+  const bool fits = std::from_chars(text.data(), text.data() + digits, number).ec == std::errc();
+  require(fits, "{}: size '{}' does not fit in 64 bits", flag, text);
   require(number > 0, "{}: size must be at least 1 byte, got '{}'", flag, text);
   require(number <= (SIZE_MAX >> shift), "{}: size '{}' does not fit in 64 bits", flag, text);
   return number << shift;
@@ -132,17 +135,17 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("-e,--maxbytes", max_bytes, "largest message in bytes")->capture_default_str();
   app.add_option("-f,--stepfactor", options.factor, "size multiplier between rows (integer ≥ 2)")
       ->capture_default_str()
-      ->transform(dptrain::whole_number<int>());
+      ->transform(dptrain::whole_number<int>(2));
   app.add_option("-o,--op", op, "allreduce, reduce_scatter, all_gather, sendrecv, or all (the three collectives)")
       ->capture_default_str();
   app.add_option("-a,--algo", algo, "ring, tree, native or all (ignored by sendrecv)")->capture_default_str();
   app.add_option("-d,--datatype", dtype, "bf16 or fp32")->capture_default_str();
   app.add_option("-n,--iters", options.iters, "timed iterations per row")
       ->capture_default_str()
-      ->transform(dptrain::whole_number<int>());
+      ->transform(dptrain::whole_number<int>(1));
   app.add_option("-w,--warmup_iters", options.warmup, "untimed iterations before them")
       ->capture_default_str()
-      ->transform(dptrain::whole_number<int>());
+      ->transform(dptrain::whole_number<int>(0));
   app.add_option("--fit", options.fit,
                  "fit α and β (and γ, the reduction's cost per byte added, with --op all) to the sweep by least "
                  "squares (per algorithm) and write the first algorithm's to this link.json (for dptrain --link)");
@@ -177,7 +180,6 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   options.min_bytes = parse_size(min_bytes, "-b");
   options.max_bytes = parse_size(max_bytes, "-e");
   require(options.min_bytes <= options.max_bytes, "-b {} is larger than -e {}", min_bytes, max_bytes);
-  require(options.factor >= 2, "-f: step factor must be an integer of at least 2, got {}", options.factor);
   if (op == "all") {
     options.ops = {BenchOp::allreduce, BenchOp::reduce_scatter, BenchOp::all_gather};
   } else {
@@ -205,14 +207,15 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
           "--op allreduce (or all), or fit ring or native",
           op);
   require_distinct_paths({{"--json", options.json}, {"--fit", options.fit}});
-  require(options.iters >= 1, "-n: iterations must be at least 1, got {}", options.iters);
-  require(options.warmup >= 0, "-w: warm-up iterations must be at least 0, got {}", options.warmup);
   require(check == 0 || check == 1, "-c: expected 0 or 1, got {}", check);
   options.check = check == 1;
   require(options.device == "cpu" || options.device == "cuda", "--device: unknown device '{}' (expected cpu or cuda)",
           options.device);
   require(options.comm_timeout > 0 && options.comm_timeout <= 1e6,
           "--comm-timeout must be in (0, 1e6] seconds, got {}", options.comm_timeout);
+  require(!options.nccl_blocking || options.device == "cuda",
+          "--nccl-blocking sets the NCCL communicator of --device cuda; --device {} moves data over MPI",
+          options.device);
   if (options.device == "cuda") options.ring_piece_bytes = kNcclRingPieceBytes;
   if (piece == "chunk")
     options.ring_piece_bytes = SIZE_MAX;

@@ -19,6 +19,8 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/cost/report.hpp"
 #include "dptrain/model/config.hpp"
+#include "dptrain/train/cli_checks.hpp"
+#include "dptrain/train/options.hpp"
 
 namespace cost = dptrain::cost;
 using dptrain::fail;
@@ -62,15 +64,18 @@ CLI::Validator whole_number() {
       "N");
 }
 
-// Fills the model keys a project config (configs/*.toml, flat keys) holds that the command line left unset.
-// CLI11 reads the TOML; training keys (lr, steps, ...) are not the model's business and are skipped.
+// Fills the model keys a project config (configs/*.toml, flat keys) holds that the command line left unset. The
+// file is first read as dptrain reads it, so that a file dptrain refuses (an unknown key, a key given twice, a
+// value of the wrong type) is refused here with dptrain's line; the training keys (lr, steps, ...) are then not
+// the model's business.
 void read_config_file(Options& options) {
+  std::string program = "dptrain", flag = "--config", path = *options.config_file;
+  char* argv[] = {program.data(), flag.data(), path.data()};
+  dptrain::parse_train_options(3, argv, false);
   const std::vector<CLI::ConfigItem> items = CLI::ConfigTOML().from_file(*options.config_file);
   auto take = [&](const CLI::ConfigItem& item, auto& field) {
     using Value = typename std::remove_reference_t<decltype(field)>::value_type;
     Value value{};
-    require(item.inputs.size() <= 1, "config {}: key '{}' has {} values ({}): give it once, with one value",
-            *options.config_file, item.name, item.inputs.size(), fmt::join(item.inputs, ", "));
     require(item.inputs.size() == 1 && CLI::detail::lexical_cast(item.inputs[0], value),
             "config {}: {} must be a whole number from 1 to {}, got '{}'", *options.config_file, item.name,
             std::numeric_limits<Value>::max(),
@@ -133,8 +138,10 @@ cost::ModelShape resolve_model(Options& options, std::string& label) {
          preset_names(cost::model_presets()));
   }
   require(!(options.layers || options.width || options.seq || options.heads || options.batch),
-          "--layers, --width, --seq, --heads and --batch describe a custom model: add --params N, --vocab V or "
-          "--config FILE, or drop them to use the preset {}",
+          "--layers, --width, --seq, --heads and --batch describe a custom model: {}, or drop them to use the preset "
+          "{}",
+          options.model ? "drop --model and add --params N, --vocab V or --config FILE"
+                        : "add --params N, --vocab V or --config FILE",
           name);
   label = name;
   cost::ModelShape shape = preset->shape;
@@ -144,8 +151,9 @@ cost::ModelShape resolve_model(Options& options, std::string& label) {
 
 double resolve_peak_flops(const Options& options, std::string& label) {
   if (options.peak_tflops) {
-    require(*options.peak_tflops > 0 && *options.peak_tflops <= 1e9,
-            "--peak-tflops must be in (0, 1e9] TFLOP/s per device, got {}", *options.peak_tflops);
+    require(*options.peak_tflops >= 1e-6 && *options.peak_tflops <= 1e9,
+            "--peak-tflops must be in [1e-6, 1e9] TFLOP/s per device (1 MFLOP/s to 1 ZFLOP/s), got {}",
+            *options.peak_tflops);
     label = "device";
     return *options.peak_tflops * 1e12;
   }
@@ -208,11 +216,13 @@ void add_options(CLI::App& app, Options& o) {
   // Ranges are checked by cost::validate and dptrain::validate, whose messages say what would be accepted.
   auto* params =
       app.add_option("--params", o.params, "N: parameters, embeddings included")->transform(whole_number());
-  app.add_option("--layers", o.layers, "L: transformer blocks");
-  app.add_option("--width", o.width, "H: model width");
-  app.add_option("--seq", o.seq, "Q: sequence length");
-  auto* vocab = app.add_option("--vocab", o.vocab, "V: vocabulary (N is then the GPT-2 parameter count)");
-  auto* heads = app.add_option("--heads", o.heads, "attention heads (with --vocab)");
+  app.add_option("--layers", o.layers, "L: transformer blocks")->transform(dptrain::whole_number<int>(1));
+  app.add_option("--width", o.width, "H: model width")->transform(dptrain::whole_number<int>(1));
+  app.add_option("--seq", o.seq, "Q: sequence length")->transform(dptrain::whole_number<int>(1));
+  auto* vocab = app.add_option("--vocab", o.vocab, "V: vocabulary (N is then the GPT-2 parameter count)")
+                    ->transform(dptrain::whole_number<int>(1));
+  auto* heads =
+      app.add_option("--heads", o.heads, "attention heads (with --vocab)")->transform(dptrain::whole_number<int>(1));
   auto* tokens =
       app.add_option("--tokens", o.tokens, "D: tokens per step, all GPUs together")->transform(whole_number());
   app.add_option("--batch", o.batch, "global batch in sequences: D = batch·seq")
@@ -225,9 +235,14 @@ void add_options(CLI::App& app, Options& o) {
                  "nvlink-h100, ib-400g, wan-100g, or alpha=5us,bw=450GB/s[,gamma=0.07ns/B] (γ: the reduction's "
                  "cost per byte added)")->capture_default_str();
   auto* device = app.add_option("--device", o.device, "h100, h200 or a100")->capture_default_str();
-  app.add_option("--peak-tflops", o.peak_tflops, "peak dense BF16 TFLOP/s per device")->excludes(device);
-  app.add_option("--eta", o.eta, "matmul efficiency η in (0, 1]")->capture_default_str();
-  app.add_option("--compress", o.compress, "also model an all-gather of gradients keeping one value in K");
+  app.add_option("--peak-tflops", o.peak_tflops, "peak dense BF16 TFLOP/s per device")
+      ->excludes(device)
+      ->check(dptrain::finite_number());
+  app.add_option("--eta", o.eta, "matmul efficiency η in (0, 1]")
+      ->capture_default_str()
+      ->check(dptrain::finite_number());
+  app.add_option("--compress", o.compress, "also model an all-gather of gradients keeping one value in K")
+      ->transform(dptrain::whole_number<int>(1));
   app.add_flag("--json", o.json, "print one JSON object instead of tables");
 }
 
@@ -242,8 +257,6 @@ int run(const Options& given) {
   const cost::LinkPreset* preset = cost::find_link_preset(options.link);
   labels.where = preset ? std::string(preset->where) : cost::describe(scenario.link);
   scenario.eta = options.eta;
-  require(options.compress.value_or(1) >= 1, "--compress {} must be at least 1: keep one value in K",
-          options.compress.value_or(1));
   scenario.compress_keep_one_in = options.compress.value_or(0);  // 0: no compressed all-gather
   const std::vector<int> gpu_counts = cost::parse_gpu_list(options.gpus);
   scenario.gpus = gpu_counts.front();

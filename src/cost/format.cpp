@@ -20,15 +20,23 @@ struct Unit {
 
 // The largest unit in which the value, rounded as printed, is still ≥ 1; so 0.99996 s prints "1.00 s", not
 // "1000.0 ms". Values below the smallest unit print in it.
-std::string format_with_units(double value, std::span<const Unit> units) {
+const Unit& unit_for(double value, std::span<const Unit> units) {
   for (const Unit& unit : units) {
     const double scaled = value / unit.factor, rounding = std::pow(10.0, unit.decimals);
-    if (std::abs(std::round(scaled * rounding) / rounding) >= 1 || &unit == &units.back()) {
-      return fmt::format("{:.{}f} {}", scaled, unit.decimals, unit.name);
-    }
+    if (std::abs(std::round(scaled * rounding) / rounding) >= 1) return unit;
   }
-  return {};  // unreachable: the last unit always prints
+  return units.back();
 }
+
+std::string format_in(double value, const Unit& unit) {
+  return fmt::format("{:.{}f} {}", value / unit.factor, unit.decimals, unit.name);
+}
+
+std::string format_with_units(double value, std::span<const Unit> units) {
+  return format_in(value, unit_for(value, units));
+}
+
+constexpr Unit kByteUnits[] = {{"GB", 1e9, 2}, {"MB", 1e6, 2}, {"KB", 1e3, 2}, {"B", 1, 0}};
 
 }  // namespace
 
@@ -38,17 +46,21 @@ std::string format_seconds(double seconds) {
   return format_with_units(seconds, kUnits);
 }
 
-std::string format_bytes(double bytes) {
-  static constexpr Unit kUnits[] = {{"GB", 1e9, 2}, {"MB", 1e6, 2}, {"KB", 1e3, 2}, {"B", 1, 0}};
-  return format_with_units(bytes, kUnits);
+std::string format_bytes(double bytes) { return format_with_units(bytes, kByteUnits); }
+
+std::vector<std::string> format_bytes_in_one_unit(std::span<const double> bytes) {
+  double smallest = 0;
+  for (double b : bytes)
+    if (b != 0 && (smallest == 0 || std::abs(b) < smallest)) smallest = std::abs(b);
+  const Unit& unit = unit_for(smallest == 0 ? kByteUnits[0].factor : smallest, kByteUnits);
+  std::vector<std::string> texts;
+  for (double b : bytes) texts.push_back(format_in(b, unit));
+  return texts;
 }
 
-std::string format_gigabytes(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
-
 std::string format_flops(double flops) {
-  static constexpr Unit kUnits[] = {{"EFLOP", 1e18, 2}, {"PFLOP", 1e15, 2}, {"TFLOP", 1e12, 2},
-                                    {"GFLOP", 1e9, 2},  {"MFLOP", 1e6, 2},  {"KFLOP", 1e3, 2},
-                                    {"FLOP", 1, 0}};
+  static constexpr Unit kUnits[] = {{"EFLOP", 1e18, 2}, {"PFLOP", 1e15, 2}, {"TFLOP", 1e12, 2}, {"GFLOP", 1e9, 2},
+                                    {"MFLOP", 1e6, 2},  {"kFLOP", 1e3, 2},  {"FLOP", 1, 0}};
   return format_with_units(flops, kUnits);
 }
 

@@ -59,11 +59,18 @@ std::string payload_table(const Scenario& scenario, const ScenarioNumbers& numbe
 
 std::string zero_table(const ScenarioNumbers& numbers) {
   MarkdownTable table({"stage", "weights", "gradients", "optimizer", "total", "sent per step"});
+  std::vector<double> bytes;  // stage by stage, the columns in order
   for (int stage = 0; stage < kZeroStages; ++stage) {
     const ZeroMemory& memory = numbers.zero_memory[stage];
-    table.add_row({std::to_string(stage), format_gigabytes(memory.weights_bytes),
-                   format_gigabytes(memory.gradients_bytes), format_gigabytes(memory.optimizer_bytes),
-                   format_gigabytes(memory.total_bytes()), format_gigabytes(numbers.zero_bytes_sent[stage])});
+    bytes.insert(bytes.end(), {memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes,
+                               memory.total_bytes(), numbers.zero_bytes_sent[stage]});
+  }
+  const std::vector<std::string> texts = format_bytes_in_one_unit(bytes);
+  constexpr std::size_t kColumns = 5;
+  for (int stage = 0; stage < kZeroStages; ++stage) {
+    std::vector<std::string> row = {std::to_string(stage)};
+    row.insert(row.end(), texts.begin() + stage * kColumns, texts.begin() + (stage + 1) * kColumns);
+    table.add_row(std::move(row));
   }
   return table.str();
 }
@@ -86,7 +93,8 @@ std::string format_report(const Scenario& scenario, const ScenarioNumbers& numbe
   std::string text = heading(scenario, numbers, labels, std::to_string(scenario.gpus));
   text += "\n## Collectives on the gradient\n\n" + collectives_table(scenario, numbers, labels);
   text += "\n## Payload vs wire bytes, per GPU\n\n" + payload_table(scenario, numbers);
-  text += fmt::format("\n## ZeRO on {} GPUs, memory per GPU (K = {:g})\n\n", scenario.gpus, kOptimizerBytesPerParam) +
+  text += fmt::format("\n## ZeRO on {} GPU{}, memory per GPU (K = {:g})\n\n", scenario.gpus,
+                      scenario.gpus == 1 ? "" : "s", kOptimizerBytesPerParam) +
           zero_table(numbers);
   text += fmt::format("\n## Step ({} tokens; comm = ring all-reduce of the gradient, hidden behind backward when "
                       "overlapped)\n\n",

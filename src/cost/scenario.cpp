@@ -11,12 +11,12 @@ namespace dptrain::cost {
 
 void validate(const Scenario& scenario) {
   validate(scenario.model);
-  require(scenario.link.alpha_s >= 0 && std::isfinite(scenario.link.alpha_s), "link α = {} s must be ≥ 0",
+  require(scenario.link.alpha_s >= 0 && std::isfinite(scenario.link.alpha_s), "link α = {} s must be finite and ≥ 0",
           scenario.link.alpha_s);
   require(scenario.link.bandwidth_Bps > 0 && std::isfinite(scenario.link.bandwidth_Bps),
-          "link bandwidth B = {} B/s must be positive", scenario.link.bandwidth_Bps);
-  require(scenario.peak_flops > 0 && std::isfinite(scenario.peak_flops), "device peak P = {} FLOP/s must be positive",
-          scenario.peak_flops);
+          "link bandwidth B = {} B/s must be finite and positive", scenario.link.bandwidth_Bps);
+  require(scenario.peak_flops > 0 && std::isfinite(scenario.peak_flops),
+          "device peak P = {} FLOP/s must be finite and positive", scenario.peak_flops);
   require(scenario.eta > 0 && scenario.eta <= 1, "matmul efficiency η = {} must be in (0, 1]", scenario.eta);
   require(scenario.gpus >= 1, "GPU count {} must be at least 1", scenario.gpus);
   require(scenario.compress_keep_one_in >= 0, "--compress {} must be at least 1 (keep one value in k)",
@@ -68,6 +68,8 @@ constexpr std::size_t kMaxGpuCounts = 4096;  // a sweep longer than this is a ty
 int parse_gpu_count(std::string_view item, std::string_view text) {
   int value = 0;
   auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
+  require(error != std::errc::result_out_of_range || end != item.data() + item.size(),
+          "bad --gpus '{}': {} is out of range (at most {} GPUs)", text, item, std::numeric_limits<int>::max());
   require(error == std::errc() && end == item.data() + item.size() && value >= 1,
           "bad --gpus '{}': '{}' is not a positive whole number; expected e.g. 8, 2,4,8 or 2,4,8,...,1024", text,
           item);

@@ -47,7 +47,8 @@ check_bad_input() {
 check_bad_input "--op: unknown operation 'reduce' (expected allreduce, reduce_scatter, all_gather, sendrecv or all)" \
   --op reduce
 check_bad_input "-b 1M is larger than -e 1K" -b 1M -e 1K
-check_bad_input "-f: step factor must be an integer of at least 2, got 1" -f 1
+check_bad_input "--stepfactor: expected a whole number from 2 to 2147483647, got 1" -f 1
+check_bad_input "--iters: 99999999999 is out of range (expected a whole number from 1 to 2147483647)" -n 99999999999
 # Ranks started with different arguments (MPMD): refused on every rank before anything is parsed or run, rather
 # than one rank failing its parse while the other waits in a collective.
 status=0
@@ -112,6 +113,8 @@ grep -qxF "# fit tree    none: the model has no formula for the tree's all_gathe
 check_bad_input "-d: unknown dtype 'fp16' (expected bf16 or fp32)" -d fp16
 check_bad_input "-b: bad size '3X'" -b 3X
 check_bad_input "--device: unknown device 'gpu' (expected cpu or cuda)" --device gpu
+check_bad_input "--nccl-blocking sets the NCCL communicator of --device cuda; --device cpu moves data over MPI" \
+  --nccl-blocking
 DPTRAIN_RANKS_PER_GPU=0 check_bad_input "DPTRAIN_RANKS_PER_GPU: expected a whole number of at least 1, got '0'" \
   --device cuda
 # GPUs: without one (CI), one line naming what is missing (no CUDA in the build, no driver, no GPU); with one, the

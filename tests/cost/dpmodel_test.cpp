@@ -89,8 +89,10 @@ TEST(Dpmodel, ProjectConfigGivesParameterCountAndTokens) {
                                    "per step)"))
       << run.output;
   EXPECT_TRUE(contains(run.output, "4 × A100 (312 TFLOP/s")) << run.output;
-  // Memory per GPU in GB as docs/systems-model.md prints it, however small: 16 B × N = 52.1 MB at stage 0.
-  EXPECT_TRUE(contains(run.output, "| 0 | 0.01 GB | 0.01 GB | 0.04 GB | 0.05 GB | 0.01 GB |")) << run.output;
+  // Memory per GPU, the table in one unit, that of its smallest figure: 16 B × N = 52.13 MB at stage 0 (2 B × N =
+  // 6.52 MB of weights), 2(p−1)/p·2N = 9.77 MB sent.
+  EXPECT_TRUE(contains(run.output, "| 0 | 6.52 MB | 6.52 MB | 39.09 MB | 52.13 MB | 9.77 MB |")) << run.output;
+  EXPECT_TRUE(contains(run.output, "| 3 | 1.63 MB | 1.63 MB | 9.77 MB | 13.03 MB | 14.66 MB |")) << run.output;
 }
 
 TEST(Dpmodel, PrintsGammaWhenTheLinkHasOne) {
@@ -136,22 +138,43 @@ TEST(Dpmodel, BadInputIsOneLineAndExitCodeTwo) {
 TEST(Dpmodel, OverflowsAndRepeatsAreNamedAsGiven) {
   const std::filesystem::path config = std::filesystem::temp_directory_path() / "dpmodel_test_twice.toml";
   std::ofstream(config) << "vocab = 256\nseq = 16\nlayers = 1\nlayers = 2\nwidth = 32\nheads = 2\n";
+  const std::filesystem::path apart = std::filesystem::temp_directory_path() / "dpmodel_test_apart.toml";
+  std::ofstream(apart) << "vocab = 256\nseq = 16\nlayers = 2\nwidth = 32\nheads = 2\nseq = 32\n";
+  const std::filesystem::path unknown = std::filesystem::temp_directory_path() / "dpmodel_test_unknown.toml";
+  std::ofstream(unknown) << "vocab = 256\nseq = 16\nlyers = 2\nwidth = 32\nheads = 2\n";
   const std::string custom = "--vocab 256 --layers 2 --width 32 --heads 2 ";
   for (const auto& [arguments, line] : std::vector<std::pair<std::string, std::string>>{
-           {"--peak-tflops inf", "--peak-tflops must be in (0, 1e9] TFLOP/s per device, got inf"},
-           {"--peak-tflops 1e308", "--peak-tflops must be in (0, 1e9] TFLOP/s per device, got 1e+308"},
+           {"--peak-tflops inf", "--peak-tflops: must be a finite number, got inf"},
+           {"--peak-tflops 1e308",
+            "--peak-tflops must be in [1e-6, 1e9] TFLOP/s per device (1 MFLOP/s to 1 ZFLOP/s), got 1e+308"},
+           {"--gpus 3000000000", "bad --gpus '3000000000': 3000000000 is out of range (at most 2147483647 GPUs)"},
+           {"--compress 99999999999",
+            "--compress: 99999999999 is out of range (expected a whole number from 1 to 2147483647)"},
+           {"--params 1e9 --layers abc --width 64 --seq 64 --tokens 10",
+            "--layers: expected a whole number, got 'abc'"},
+           {"--model llama-7b --layers 64",
+            "--layers, --width, --seq, --heads and --batch describe a custom model: drop --model and add --params N, "
+            "--vocab V or --config FILE, or drop them to use the preset llama-7b"},
+           {"--link alpha=1us,bw=1e300TB/s", "link bandwidth B = inf B/s must be finite and positive"},
            {custom + "--seq 16 --batch 9000000000000000000",
             "--batch 9000000000000000000 × seq 16 tokens per step is beyond 9e+18: give a smaller batch"},
            {custom + "--seq 65536 --batch 281474976710656",
             "--batch 281474976710656 × seq 65536 tokens per step is beyond 9e+18: give a smaller batch"},
            {custom + "--seq 16 --batch 4 --tokens 100", "--tokens excludes --batch"},
-           {"--config " + config.string(),
-            "config " + config.string() + ": key 'layers' has 2 values (1, 2): give it once, with one value"}}) {
+           // The file is read as dptrain reads it: what dptrain refuses, dpmodel refuses with the same line.
+           {"--config " + config.string(), "--config " + config.string() +
+                                               ": key 'layers' has 2 values (1, 2): give it once, with one value "
+                                               "(e.g. `layers = 4`)"},
+           {"--config " + apart.string(),
+            "--config " + apart.string() + ": key 'seq' is given twice (TOML allows each key once)"},
+           {"--config " + unknown.string(),
+            "--config: unknown key 'lyers' (keys are the long flag names without their dashes, e.g. `layers = 4`; "
+            "did you mean `layers`?)"}}) {
     const ProcessResult run = run_dpmodel(arguments);
     EXPECT_EQ(run.exit_code, 2) << arguments << "\n" << run.output;
     EXPECT_EQ(run.output, "dpmodel: " + line + "\n") << arguments;
   }
-  std::filesystem::remove(config);
+  for (const auto& file : {config, apart, unknown}) std::filesystem::remove(file);
 }
 
 }  // namespace

@@ -27,8 +27,12 @@ TEST(Format, Bytes) {
   EXPECT_EQ(format_bytes(107'810'390'016), "107.81 GB");
   EXPECT_EQ(format_bytes(512e3), "512.00 KB");
   EXPECT_EQ(format_bytes(6.5e6), "6.50 MB");
-  EXPECT_EQ(format_gigabytes(210.57e6), "0.21 GB");
-  EXPECT_EQ(format_gigabytes(25.27e9), "25.27 GB");
+  const double table[] = {210.57e6, 25.27e9, 0};
+  EXPECT_EQ(format_bytes_in_one_unit(table), (std::vector<std::string>{"210.57 MB", "25270.00 MB", "0.00 MB"}));
+  const double reference[] = {1'684'537'344, 107'810'390'016};
+  EXPECT_EQ(format_bytes_in_one_unit(reference), (std::vector<std::string>{"1.68 GB", "107.81 GB"}));
+  const double zeros[] = {0, 0};
+  EXPECT_EQ(format_bytes_in_one_unit(zeros), (std::vector<std::string>{"0.00 GB", "0.00 GB"}));
   EXPECT_EQ(format_bytes(12), "12 B");
   EXPECT_EQ(format_bytes(0), "0 B");
 }

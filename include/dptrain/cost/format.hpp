@@ -2,6 +2,7 @@
 // Markdown tables it prints them in.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,10 @@ namespace dptrain::cost {
 std::string format_seconds(double seconds);
 // Bytes in powers of 10^3, two decimals: "23.58 GB", "1.68 GB", "512.00 KB", "12 B". GB is the largest unit.
 std::string format_bytes(double bytes);
-// Bytes in GB whatever their size, two decimals: "0.21 GB", "25.27 GB" — the ZeRO table's unit in
-// docs/systems-model.md, so that a column of stages reads in one unit.
-std::string format_gigabytes(double bytes);
+// Bytes of one table in one unit, so that its columns read alike: format_bytes' unit of the smallest non-zero value
+// ("1.68 GB" beside "107.81 GB", the ZeRO table of docs/systems-model.md; "34.18 KB" beside "615.17 KB" for a
+// small model, not "0.00 GB"). All zero: GB.
+std::vector<std::string> format_bytes_in_one_unit(std::span<const double> bytes);
 // A fraction as a percentage, one decimal: 0.4729 → "47.3%".
 std::string format_percent(double fraction);
 // FLOPs with an SI prefix, two decimals: "46.87 GFLOP".

@@ -19,24 +19,27 @@ CLI::Validator finite_number();
 // takes any integer, -1 as false and 2 as true.
 CLI::Validator true_or_false();
 
-// A whole number its type holds: CLI11 alone would clamp 2^64 to 2^64 − 1 and wrap -1 to it. Given as a transform
-// (Option::transform), it also rewrites the text as plain decimal, which CLI11 then converts: alone, CLI11 reads
-// "010" as octal 8 and refuses "08".
+// A whole number its type holds, at least `minimum`: CLI11 alone would clamp 2^64 to 2^64 − 1 and wrap -1 to it.
+// Given as a transform (Option::transform), it also rewrites the text as plain decimal, which CLI11 then converts:
+// alone, CLI11 reads "010" as octal 8 and refuses "08".
 template <typename T>
-CLI::Validator whole_number() {
+CLI::Validator whole_number(T minimum = std::numeric_limits<T>::min()) {
   static_assert(std::is_integral_v<T>);
   return CLI::Validator(
-      [](std::string& text) -> std::string {
+      [minimum](std::string& text) -> std::string {
         if (const std::size_t first = text.find_first_not_of(" \t");
             std::is_unsigned_v<T> && first != std::string::npos && text[first] == '-')
           return fmt::format("must be a non-negative integer, got {}", text);
         T value{};
         const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (error == std::errc::result_out_of_range)
-          return fmt::format("{} is out of range (expected a whole number from {} to {})", text,
-                             std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+        if (error == std::errc::result_out_of_range && end == text.data() + text.size())
+          return fmt::format("{} is out of range (expected a whole number from {} to {})", text, minimum,
+                             std::numeric_limits<T>::max());
         if (error != std::errc() || end != text.data() + text.size())
           return fmt::format("expected a whole number, got '{}'", text);
+        if (value < minimum)
+          return fmt::format("expected a whole number from {} to {}, got {}", minimum, std::numeric_limits<T>::max(),
+                             text);
         text = fmt::format("{}", value);
         return {};
       },
