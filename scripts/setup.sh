@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dptrain needs (as root), or prints the one apt-get line to run.
 set -euo pipefail
-packages=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libopenblas-openmp-dev libcli11-dev
+packages=(cmake g++ make pkg-config openmpi-bin libopenmpi-dev libopenblas-openmp-dev libcli11-dev libtomlplusplus-dev
           nlohmann-json3-dev libfmt-dev libgtest-dev libxxhash-dev libdnnl-dev fortunes jq
           python3-venv python3-numpy python3-xxhash  # the virtual environment of scripts/python-env.sh
           python3-matplotlib  # scripts/plot.py, tested by tests/train/plot_test.sh

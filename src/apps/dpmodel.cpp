@@ -20,6 +20,7 @@
 #include "dptrain/cost/report.hpp"
 #include "dptrain/model/config.hpp"
 #include "dptrain/train/cli_checks.hpp"
+#include "dptrain/train/option_table.hpp"
 #include "dptrain/train/options.hpp"
 
 namespace cost = dptrain::cost;
@@ -72,7 +73,8 @@ void read_config_file(Options& options) {
   std::string program = "dptrain", flag = "--config", path = *options.config_file;
   char* argv[] = {program.data(), flag.data(), path.data()};
   dptrain::parse_train_options(3, argv, false);
-  const std::vector<CLI::ConfigItem> items = CLI::ConfigTOML().from_file(*options.config_file);
+  const std::vector<CLI::ConfigItem> items =
+      dptrain::TomlConfig(*options.config_file, dptrain::config_value_kind).from_file(*options.config_file);
   auto take = [&](const CLI::ConfigItem& item, auto& field) {
     using Value = typename std::remove_reference_t<decltype(field)>::value_type;
     Value value{};

@@ -14,10 +14,23 @@
 namespace dptrain {
 
 namespace {
+
 std::string temporary_beside(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+// Why a file renamed over `path` would be wrong there: a directory (the rename fails), or a device, a pipe or a
+// socket, which the rename would replace with a regular file (/dev/null among them, for root). Empty otherwise.
+std::string not_replaceable(const std::string& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0 || S_ISREG(status.st_mode)) return "";
+  if (S_ISDIR(status.st_mode)) return "it is a directory";
+  return "it exists and is not a regular file (a device, a pipe or a socket, which the file written beside it and "
+         "renamed over it would replace)";
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
+  if (const std::string why = not_replaceable(path); !why.empty()) fail("cannot replace '{}': {}", path, why);
   const std::string temporary = temporary_beside(path);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   require(fd >= 0, "cannot create '{}': {}", temporary, std::strerror(errno));
@@ -42,8 +55,7 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
 }
 
 std::string atomic_write_problem(const std::string& path) {
-  struct stat status {};
-  if (::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) return "it is a directory";
+  if (const std::string why = not_replaceable(path); !why.empty()) return why;
   const std::string temporary = temporary_beside(path);
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return std::strerror(errno);

@@ -1,6 +1,7 @@
-// Two outputs (or an output and an input) given the same file.
+// Two outputs (or an output and an input) given the same file, or one inside the other's folder.
 #include "dptrain/core/distinct_paths.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <vector>
 
@@ -8,19 +9,36 @@
 
 namespace dptrain {
 
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path resolved(const std::string& path) {
+  std::error_code error;
+  const fs::path canonical = fs::weakly_canonical(fs::absolute(path), error);
+  return error ? fs::absolute(path).lexically_normal() : canonical;
+}
+
+}  // namespace
+
 void require_distinct_paths(std::initializer_list<NamedPath> paths) {
-  namespace fs = std::filesystem;
-  const auto resolved = [](const std::string& path) {
-    std::error_code error;
-    const fs::path canonical = fs::weakly_canonical(fs::absolute(path), error);
-    return error ? fs::absolute(path).lexically_normal() : canonical;
-  };
   const std::vector<NamedPath> given(paths);
   for (std::size_t i = 0; i < given.size(); ++i)
     for (std::size_t j = i + 1; j < given.size(); ++j)
       if (!given[i].path.empty() && !given[j].path.empty() && resolved(given[i].path) == resolved(given[j].path))
         fail("{} '{}' and {} '{}' are the same path: the run would write one over the other; give each its own",
              given[i].flag, given[i].path, given[j].flag, given[j].path);
+}
+
+void require_outside(const NamedPath& path, const NamedPath& folder, std::string_view why) {
+  if (path.path.empty() || folder.path.empty()) return;
+  const fs::path inner = resolved(path.path), outer = resolved(folder.path);
+  // inner's parts begin with all of outer's (and go further): "a/b/c" inside "a/b", not inside "a/bc".
+  const auto outer_parts = std::distance(outer.begin(), outer.end()),
+             inner_parts = std::distance(inner.begin(), inner.end());
+  if (inner_parts > outer_parts && std::equal(outer.begin(), outer.end(), inner.begin()))
+    fail("{} '{}' lies inside {} '{}': {}; give it a place outside", path.flag, path.path, folder.flag, folder.path,
+         why);
 }
 
 }  // namespace dptrain

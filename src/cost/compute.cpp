@@ -29,7 +29,7 @@ double mfu(double flops, double seconds, int devices, double peak_flops) {
 }
 
 double hidden_fraction(double exposed_seconds, double total_seconds) {
-  return total_seconds > 0 ? 1.0 - exposed_seconds / total_seconds : 0.0;
+  return total_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / total_seconds) : 0.0;
 }
 
 StepTime model_step(double flops_per_step, int devices, double peak_flops, double eta, double comm_seconds) {

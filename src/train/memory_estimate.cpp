@@ -46,8 +46,8 @@ void require_memory_fits(const RunMemoryEstimate& e, const TrainOptions& o, int 
   const double needed = e.total() * std::max(1, ranks_on_this_host);
   require(needed <= available,
           "the run needs about {} of memory per rank ({} for {:.4g} parameters at --zero {}, {} of activations for "
-          "--batch {}, {} of token windows with --eval-windows {}) × {} rank(s) on this host = {}, but {} is "
-          "available: use a smaller model or --batch (or --grad-accum), fewer --eval-windows, or more ranks with "
+          "--batch {}, {} of token windows for --batch and --eval-windows {}) × {} rank(s) on this host = {}, but {} "
+          "is available: use a smaller model or --batch (or --grad-accum), fewer --eval-windows, or more ranks with "
           "--zero",
           format_binary_bytes(e.total()), format_binary_bytes(e.model_state_bytes), e.parameters, o.zero,
           format_binary_bytes(e.activation_bytes), o.batch, format_binary_bytes(e.window_bytes), o.eval_windows,

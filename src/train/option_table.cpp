@@ -60,6 +60,10 @@ TrainOption entry(std::string flag, std::string help, Field field, Agreement agr
   option.help = help;
   option.agreement = agreement;
   option.in_checkpoint = checkpoint == Checkpoint::recorded;
+  option.kind = std::is_same_v<T, bool>       ? ValueKind::boolean
+                : std::is_integral_v<T>       ? ValueKind::whole_number
+                : std::is_floating_point_v<T> ? ValueKind::number
+                                              : ValueKind::text;
   option.add_to_parser = [flag, help, field, shown](CLI::App& app, TrainOptions& options) {
     T& target = field(options);
     if constexpr (std::is_same_v<T, bool>) {
@@ -211,6 +215,12 @@ std::string TrainOption::key() const {
 const std::vector<TrainOption>& train_option_table() {
   static const std::vector<TrainOption> table = make_table();
   return table;
+}
+
+std::optional<ValueKind> config_value_kind(std::string_view key) {
+  for (const TrainOption& option : train_option_table())
+    if (std::string_view(option.flag).substr(2) == key) return option.kind;
+  return std::nullopt;
 }
 
 std::vector<AgreedValue> values_every_rank_shares(const TrainOptions& options) {

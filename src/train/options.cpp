@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cctype>
 #include <iostream>
-#include <set>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -68,27 +67,35 @@ std::string config_error_line(const std::string& what) {
                      key, suggestion.empty() ? "" : fmt::format("; did you mean `{}`?", suggestion));
 }
 
-// A config's keys each once, with one value: CLI11 lets a repeated key's last value win, reads repeats on
-// consecutive lines and arrays as one key with several values (the last wins), and crashes on an empty array. A
-// file it cannot read is left to its parse, which says so.
-void check_config_keys(const std::string& path) {
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_file(path);
-  } catch (const CLI::Error&) {
-    return;
+// CLI11's "The following arguments were not expected: 3 --stepz" (its order reversed) as one line naming the first
+// word that is no flag of dptrain's, and the flag it most likely meant.
+std::string unexpected_argument_line(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (!arg.starts_with("--")) continue;
+    const std::string name(arg.substr(0, arg.find('=')));
+    if (app.get_option_no_throw(name) != nullptr) continue;
+    const std::string suggestion = suggested_key(name.substr(2));
+    return fmt::format("unknown flag '{}'{} (dptrain --help lists them)", name,
+                       suggestion.empty() ? "" : fmt::format("; did you mean --{}?", suggestion));
   }
-  std::set<std::string> keys;
-  for (const CLI::ConfigItem& item : items) {
-    require(keys.insert(item.fullname()).second, "--config {}: key '{}' is given twice (TOML allows each key once)",
-            path, item.fullname());
-    require(!item.inputs.empty(),
-            "--config {}: key '{}' has no value (an empty array): give it one (e.g. `layers = 4`)", path,
-            item.fullname());
-    require(item.inputs.size() == 1,
-            "--config {}: key '{}' has {} values ({}): give it once, with one value (e.g. `layers = 4`)", path,
-            item.fullname(), item.inputs.size(), fmt::join(item.inputs, ", "));
+  for (int i = 1; i < argc; ++i) {  // no unknown flag: a value where none was expected (`dptrain 5`)
+    const std::string_view arg = argv[i], before = i > 1 ? std::string_view(argv[i - 1]) : std::string_view();
+    const bool flag_before = before.starts_with("--") && before.find('=') == std::string_view::npos;
+    const CLI::Option* owner = flag_before ? app.get_option_no_throw(std::string(before)) : nullptr;
+    if (!arg.starts_with("-") && (owner == nullptr || owner->get_expected_max() == 0))
+      return fmt::format("unexpected argument '{}' (flags are --name value, e.g. --steps 100)", arg);
   }
+  return "";
+}
+
+// Whether argv holds `flag` itself (`--overlap on` or `--overlap=on`), rather than a config's key.
+bool given_on_command_line(int argc, char** argv, std::string_view flag) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == flag || (arg.starts_with(flag) && arg.size() > flag.size() && arg[flag.size()] == '=')) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -98,17 +105,18 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   CLI::App app{"dptrain: data-parallel training of a GPT-2-style model (run under mpirun for several ranks)",
                "dptrain"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-  app.set_config("--config", "", "TOML file whose keys are the long flag names (flags given later win)");
+  app.set_config("--config", "", "TOML file whose keys are the long flag names (flags on the command line win)");
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.get_formatter()->column_width(34);
 
   for (const TrainOption& option : train_option_table()) option.add_to_parser(app, o);
 
-  // Before CLI11 reads them: its parse crashes on a key given an empty array.
+  // The file CLI11 reads (the last --config; more than one is refused below) is read by toml++, which knows TOML.
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (arg == "--config" && i + 1 < argc) check_config_keys(argv[i + 1]);
-    if (arg.starts_with("--config=")) check_config_keys(std::string(arg.substr(9)));
+    if ((arg == "--config" && i + 1 < argc) || arg.starts_with("--config="))
+      app.config_formatter(std::make_shared<TomlConfig>(arg == "--config" ? argv[i + 1] : std::string(arg.substr(9)),
+                                                        config_value_kind));
   }
   try {
     app.parse(argc, argv);
@@ -119,6 +127,9 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
     fail("{}", config_error_line(e.what()));
   } catch (const CLI::FileError& e) {  // the file --config names
     fail("--config: {} (expected a TOML file of flat keys, e.g. configs/small.toml)", e.what());
+  } catch (const CLI::ExtrasError& e) {
+    const std::string line = unexpected_argument_line(app, argc, argv);
+    fail("{}", line.empty() ? std::string(e.what()) : line);
   } catch (const CLI::ArgumentMismatch& e) {  // a flag without its value: "--steps: 1 required INT missing"
     const std::string text = e.what();
     fail("{}: expected a value after it", text.substr(0, text.find(':')));
@@ -129,9 +140,18 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   const std::vector<std::string> configs = app.get_config_ptr()->results();
   require(configs.size() <= 1, "--config is given {} times ({}): give one file (flags after it override its keys)",
           configs.size(), fmt::join(configs, ", "));
-  // --no-overlap is --overlap off: one value from here on, which the ranks and the checkpoint compare.
-  if (o.no_overlap && app.count("--overlap") > 0 && o.overlap != "off")
-    fail("--no-overlap contradicts --overlap {} (give one of them)", o.overlap);
+  require(app.count("--max-skipped") == 0 || o.skip_nonfinite,
+          "--max-skipped {} needs --skip-nonfinite (without it the first non-finite step stops the run)",
+          o.max_skipped);
+  // --no-overlap is --overlap off: one value from here on, which the ranks and the checkpoint compare. One of them
+  // in the config and the other on the command line: the command line wins, as it does for every key.
+  if (o.no_overlap && app.count("--overlap") > 0 && o.overlap != "off") {
+    const bool overlap_typed = given_on_command_line(argc, argv, "--overlap"),
+               no_overlap_typed = given_on_command_line(argc, argv, "--no-overlap");
+    if (overlap_typed == no_overlap_typed)
+      fail("--no-overlap contradicts --overlap {} (give one of them)", o.overlap);
+    if (overlap_typed) o.no_overlap = false;
+  }
   if (o.no_overlap) o.overlap = "off";
   o.no_overlap = o.overlap == "off";
   // A path given empty is a mistake (an unset variable in a script), not "none": the run would silently not save.
@@ -179,6 +199,8 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.save_every == 0 || !o.save.empty(), "--save-every {} needs --save DIR", o.save_every);
   require(o.keep_last >= 0, "--keep-last must be non-negative (0: keep every checkpoint), got {}", o.keep_last);
   require(o.keep_last == 0 || !o.save.empty(), "--keep-last {} needs --save DIR", o.keep_last);
+  require(!o.overwrite || !o.save.empty(),
+          "--overwrite needs --save DIR (it lets a fresh run replace the checkpoints there)");
   require(o.zero >= 0 && o.zero <= 3, "--zero: stage {} does not exist (expected 0, 1, 2 or 3)", o.zero);
   require(o.bucket_mb >= 0 && o.bucket_mb <= 1e6, "--bucket-mb must be in [0, 1e6], got {}", o.bucket_mb);
   require(o.comm_timeout > 0 && o.comm_timeout <= 1e6, "--comm-timeout must be in (0, 1e6] seconds, got {}",
@@ -204,9 +226,17 @@ void validate(const TrainOptions& o, int world_size) {
 }
 
 // Outputs that would overwrite each other or the training data (--log run.jsonl --trace run.jsonl, --log x
-// --save x, --log corpus.txt) are refused before anything is written.
+// --save x, --log corpus.txt), or lie where a save rewrites or the next run reads (--log ck/latest, --log
+// corpus/run.jsonl), are refused before anything is written.
 void require_distinct_paths(const TrainOptions& o) {
   require_distinct_paths({{"--log", o.log}, {"--trace", o.trace}, {"--save", o.save}, {"--data", o.data}});
+  for (const NamedPath& output : {NamedPath{"--log", o.log}, NamedPath{"--trace", o.trace}})
+    require_outside(output, {"--save", o.save},
+                    "the checkpoint directory is dptrain's (a save would replace the file, or the file damage a "
+                    "checkpoint)");
+  for (const NamedPath& output :
+       {NamedPath{"--log", o.log}, NamedPath{"--trace", o.trace}, NamedPath{"--save", o.save}})
+    require_outside(output, {"--data", o.data}, "the next run would read it as training data");
 }
 
 }  // namespace dptrain

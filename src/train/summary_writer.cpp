@@ -118,7 +118,7 @@ RunSummary run_summary(const SummaryInputs& in) {
       {"memory", memory},
       {"steps", t.steps},
       {"first_step", in.first_step + 1},
-      {"last_step", o.steps},
+      {"last_step", in.last_step},
       {"tokens", double(run.tokens_per_step) * t.steps},
       {"train_seconds", t.seconds},
       {"mean_step_ms", mean_ms},

@@ -7,10 +7,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
 #include "dptrain/comm/collective_skew.hpp"
+#include "dptrain/core/atomic_file.hpp"
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/cpu_info.hpp"
 #include "dptrain/core/error.hpp"
@@ -83,9 +85,14 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
       std::make_unique<DataParallelEngine>(options_.model, *backend_, std::move(group), settings, local_windows_);
   if (!options_.resume.empty()) {
     const ResumePoint resumed = load_checkpoint(options_.resume, *engine_, options_);
-    first_step_ = resumed.step;
+    first_step_ = last_step_ = resumed.step;
     changed_since_checkpoint_ =
         changed_since_checkpoint(resumed.meta.value("training", nlohmann::json::object()), options_);
+    // The data's path is recorded apart from the options ("data" holds where the batches continue).
+    const nlohmann::json data = resumed.meta.value("data", nlohmann::json::object());
+    if (data.is_object() && data.contains("path") && data["path"].is_string() && data["path"] != options_.data)
+      changed_since_checkpoint_.push_back(
+          fmt::format("--data {} (was {})", options_.data, data["path"].get<std::string>()));
   } else {
     engine_->initialise(options_.seed);
   }
@@ -100,9 +107,8 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   if (!options_.log.empty() && world_.rank() == 0) require_log_writable(options_.log);
   if (!options_.trace.empty() && world_.rank() == 0) {
     // Written at the end: a wrong path must not surface after the whole run.
-    const std::filesystem::path directory = std::filesystem::path(options_.trace).parent_path();
-    require(directory.empty() || std::filesystem::is_directory(directory),
-            "--trace: the directory of '{}' does not exist", options_.trace);
+    const std::string problem = atomic_write_problem(options_.trace);
+    require(problem.empty(), "--trace: cannot write '{}': {}", options_.trace, problem);
   }
 }
 
@@ -268,6 +274,12 @@ int Trainer::run() {
                          stop_signal_name(setup_stop), first_step_ + 1));
     return 128 + setup_stop;
   }
+  if (first_step_ == options_.steps) {  // a finished run resumed as it was (a job started again): nothing to do
+    say(fmt::format("dptrain | the checkpoint in '{}' is at step {} = --steps: nothing to train (raise --steps to "
+                    "continue)",
+                    options_.resume, first_step_));
+    return 0;
+  }
 
   RunTotals totals;
   int skipped_in_a_row = 0;
@@ -275,6 +287,7 @@ int Trainer::run() {
   // a skipped non-finite step takes no update but is a step all the same.
   for (int step = first_step_; step < options_.steps; ++step) {
     fill_local_windows(step);
+    last_step_ = step + 1;
     const double lr = learning_rate(step, options_.steps, options_.warmup, options_.lr, options_.min_lr);
     const int index = step - first_step_;  // of this run's steps
     shape.overlap = overlap_choice_.overlap_for_step(index);
@@ -339,6 +352,16 @@ int Trainer::run() {
       say(skipped + "; step skipped" + (val_loss ? fmt::format(" | val {:.4f}", *val_loss) : std::string()));
     }
 
+    if (val_loss && !std::isfinite(*val_loss) && !options_.skip_nonfinite) {
+      // Weights whose training loss is still finite but whose validation loss is not have diverged: stop as a
+      // non-finite step does, the checkpoint saved for inspection (or a resume with another --lr).
+      if (!options_.save.empty()) save(step + 1);
+      finish(shape, totals, "a non-finite validation loss");
+      complain(fmt::format("dptrain: step {}: validation loss {} is not finite; stopping (use --skip-nonfinite to "
+                           "go on)",
+                           step + 1, *val_loss));
+      return kExitNonFinite;
+    }
     const bool save_due = last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0);
     if (!options_.save.empty() && (save_due || (stop_signal != 0 && !last))) save(step + 1);
     transport_.collectives->log().take();  // evaluation, checks and checkpoints are not part of a step
@@ -389,6 +412,7 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std:
                    .memory_mine = mine,
                    .memory_largest = largest,
                    .first_step = first_step_,
+                   .last_step = last_step_,
                    .threads = threads_,
                    .overlap_choice = overlap_choice_.summary(),
                    .cpu_gemm = backend_->name() == "cpu" ? cpu_gemm_choice_.summary() : nlohmann::json(),

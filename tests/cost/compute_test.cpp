@@ -30,6 +30,7 @@ TEST(Compute, HiddenFractionOfCommunication) {
   EXPECT_EQ(hidden_fraction(4.0, 4.0), 0.0);
   EXPECT_EQ(hidden_fraction(0.0, 4.0), 1.0);
   EXPECT_EQ(hidden_fraction(0.0, 0.0), 0.0);  // no communication: nothing hidden, no division by zero
+  EXPECT_EQ(hidden_fraction(6.0, 4.0), 0.0);  // a wait longer than the collectives: nothing hidden
 }
 
 TEST(Compute, StepWaitsOrOverlaps) {

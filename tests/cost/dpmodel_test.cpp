@@ -163,10 +163,11 @@ TEST(Dpmodel, OverflowsAndRepeatsAreNamedAsGiven) {
            {custom + "--seq 16 --batch 4 --tokens 100", "--tokens excludes --batch"},
            // The file is read as dptrain reads it: what dptrain refuses, dpmodel refuses with the same line.
            {"--config " + config.string(), "--config " + config.string() +
-                                               ": key 'layers' has 2 values (1, 2): give it once, with one value "
-                                               "(e.g. `layers = 4`)"},
-           {"--config " + apart.string(),
-            "--config " + apart.string() + ": key 'seq' is given twice (TOML allows each key once)"},
+                                               ": not valid TOML at line 4, column 10: cannot redefine existing "
+                                               "integer 'layers'"},
+           {"--config " + apart.string(), "--config " + apart.string() +
+                                              ": not valid TOML at line 6, column 7: cannot redefine existing "
+                                              "integer 'seq'"},
            {"--config " + unknown.string(),
             "--config: unknown key 'lyers' (keys are the long flag names without their dashes, e.g. `layers = 4`; "
             "did you mean `layers`?)"}}) {

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 
 #include "dptrain/compute/cpu_gemm.hpp"
@@ -38,8 +40,14 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   std::filesystem::create_directories(dir_ / "self");
   testing::write_text(dir_ / "self/a.txt", testing::small_corpus_text());
   std::filesystem::create_symlink(dir_ / "self/me", dir_ / "self/me");
+  ASSERT_EQ(::mkfifo((dir_ / "pipe").c_str(), 0644), 0);
+  std::filesystem::create_directories(dir_ / "texts");
+  testing::write_text(dir_ / "texts/a.txt", testing::small_corpus_text());
   const std::vector<BadInput> cases = {
-      {"--bogus 1", "were not expected: 1 --bogus"},
+      {"--bogus 1", "unknown flag '--bogus' (dptrain --help lists them)"},
+      {"--stepz 3", "unknown flag '--stepz'; did you mean --steps? (dptrain --help lists them)"},
+      {"--min_lr 0.001", "unknown flag '--min_lr'; did you mean --min-lr?"},
+      {"--quiet 3", "unexpected argument '3' (flags are --name value, e.g. --steps 100)"},
       {"--layers 0", "--layers must be in [1, 1024], got 0"},
       {"--heads 5", "--heads must divide --width: --width 32 is not a multiple of --heads 5"},
       {"--seq 100000", "--seq must be in [1, 65536], got 100000"},
@@ -61,7 +69,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--data " + (dir_ / "loop"), "is a symbolic link loop (it leads back to"},
       {"--data " + (dir_ / "self"), "Too many levels of symbolic links"},
       {"--threads 100000", "--threads must be in [0, "},
-      {"--max-skipped 0", "--max-skipped must be at least 1, got 0"},
+      {"--max-skipped 0 --skip-nonfinite", "--max-skipped must be at least 1, got 0"},
       {"--seed -1", "--seed: must be a non-negative integer, got -1"},
       {"--weight-decay inf", "--weight-decay: must be a finite number, got inf"},
       {"--lr nan", "--lr: must be a finite number, got nan"},
@@ -69,7 +77,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       // Too large for memory: refused with the estimate before anything is allocated.
       {"--width 65536 --layers 1024 --heads 1", "TiB of memory per rank"},
       {"--batch 2000000000", "of activations for --batch 2000000000"},
-      {"--eval-windows 2000000000", "of token windows with --eval-windows 2000000000"},
+      {"--eval-windows 2000000000", "of token windows for --batch and --eval-windows 2000000000"},
       {"--config " + (dir_ / "bad.toml"), "--config: unknown key 'bogus' (keys are the long flag names without their "
                                            "dashes, e.g. `layers = 4`)"},
       {"--config " + (dir_ / "underscore.toml"), "--config: unknown key 'min_lr' (keys are the long flag names "
@@ -77,7 +85,25 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--config " + (dir_ / "typo.toml"), "unknown key 'lyaers' (keys are the long flag names without their "
                                            "dashes, e.g. `layers = 4`; did you mean `layers`?)"},
       {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
-      {"--trace " + (dir_ / "nowhere/trace.json"), "--trace: the directory of"},
+      {"--trace " + (dir_ / "nowhere/trace.json"),
+       "--trace: cannot write '" + (dir_ / "nowhere/trace.json") + "': No such file or directory"},
+      // The trace is renamed over its path: a directory, a pipe or a device (root's /dev/null) must not be.
+      {"--trace " + (dir_ / "texts"), "--trace: cannot write '" + (dir_ / "texts") + "': it is a directory"},
+      {"--trace " + (dir_ / "pipe"),
+       "--trace: cannot write '" + (dir_ / "pipe") + "': it exists and is not a regular file"},
+      // Opening a pipe with no reader would hold every rank without a word.
+      {"--log " + (dir_ / "pipe"), "--log: '" + (dir_ / "pipe") + "' is a named pipe that no process reads"},
+      {"--save " + (dir_ / "ck") + " --log " + (dir_ / "ck/latest"),
+       "--log '" + (dir_ / "ck/latest") + "' lies inside --save '" + (dir_ / "ck") +
+           "': the checkpoint directory is dptrain's"},
+      {"--save " + (dir_ / "ck") + " --trace " + (dir_ / "ck/trace.json"), "lies inside --save"},
+      {"--data " + (dir_ / "texts") + " --log " + (dir_ / "texts/run.jsonl"),
+       "--log '" + (dir_ / "texts/run.jsonl") + "' lies inside --data '" + (dir_ / "texts") +
+           "': the next run would read it as training data"},
+      {"--data " + (dir_ / "texts") + " --save " + (dir_ / "texts/ck"), "lies inside --data"},
+      {"--overwrite", "--overwrite needs --save DIR"},
+      {"--max-skipped 3", "--max-skipped 3 needs --skip-nonfinite"},
+      {"--steps 99999999999", "--steps: 99999999999 is out of range (at most 2147483647)"},
       {"--link " + (dir_ / "negative-gamma.json"), "need finite α ≥ 0, B > 0 and γ ≥ 0"},
       {"--log " + (dir_ / "same") + " --save " + (dir_ / "same"),
        "--log '" + (dir_ / "same") + "' and --save '" + (dir_ / "same") + "' are the same path"},
@@ -114,33 +140,43 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.flags << "\n" << r.output;
     EXPECT_EQ(r.output.rfind("dptrain: ", 0), 0u) << r.output;
   }
-  // A key twice in a config file, and a second --config (the fixture gives one): refused, not last-wins.
-  testing::write_text(dir_ / "twice.toml", "layers = 2\nwidth = 32\nheads = 2\nlayers = 3\n");
-  const auto twice = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / "twice.toml") + " --data " +
-                                 (dir_ / "corpus.txt"));
-  EXPECT_EQ(twice.exit_code, 2) << twice.output;
-  EXPECT_NE(twice.output.find("dptrain: --config " + (dir_ / "twice.toml") +
-                              ": key 'layers' is given twice (TOML allows each key once)"),
-            std::string::npos)
-      << twice.output;
-  // Repeated on consecutive lines or given as an array, a key reaches the parser as one with several values.
-  testing::write_text(dir_ / "adjacent.toml", "layers = 2\nlayers = 3\nwidth = 32\nheads = 2\n");
-  testing::write_text(dir_ / "array.toml", "layers = 2\nwidth = 32\nheads = 2\ngrad-accum = [2, 4]\n");
-  testing::write_text(dir_ / "empty-array.toml", "layers = []\n");  // CLI11 itself crashed on it
-  const auto empty = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / "empty-array.toml"));
-  EXPECT_EQ(empty.exit_code, 2) << empty.output;
-  EXPECT_EQ(empty.output, fmt::format("dptrain: --config {}: key 'layers' has no value (an empty array): give it one "
-                                      "(e.g. `layers = 4`)\n",
-                                      dir_ / "empty-array.toml"));
-  for (const auto& [file, key, values] :
-       {std::tuple{"adjacent.toml", "layers", "2, 3"}, std::tuple{"array.toml", "grad-accum", "2, 4"}}) {
-    const auto several = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / file) + " --data " +
-                                     (dir_ / "corpus.txt"));
-    EXPECT_EQ(several.exit_code, 2) << several.output;
-    EXPECT_EQ(several.output, fmt::format("dptrain: --config {}: key '{}' has 2 values ({}): give it once, with one "
-                                          "value (e.g. `layers = 4`)\n",
-                                          dir_ / file, key, values));
+  // The config is TOML, read by toml++: a key given twice (apart or on consecutive lines), an array (one value or
+  // none), a table, a value of the wrong type for its option and a line that is not TOML are refused in one line
+  // naming the file and the key; TOML's own numbers (1_000, 0x10, 1e-3) are read as TOML defines them.
+  const std::string tiny = "vocab = 256\nseq = 16\nwidth = 32\nheads = 2\n";
+  const struct {
+    std::string name, text, line;
+  } configs[] = {
+      {"twice.toml", "layers = 2\nwidth = 32\nheads = 2\nlayers = 3\n",
+       "not valid TOML at line 4, column 10: cannot redefine existing integer 'layers'"},
+      {"adjacent.toml", "layers = 2\nlayers = 3\n", "not valid TOML at line 2, column 10: cannot redefine existing"},
+      {"array.toml", "layers = 2\ngrad-accum = [2, 4]\n",
+       "key 'grad-accum' is an array ([ 2, 4 ]); give it one value (e.g. `layers = 4`)"},
+      {"one-array.toml", "steps = [3]\n", "key 'steps' is an array ([ 3 ]); give it one value"},
+      {"empty-array.toml", "layers = []\n", "key 'layers' is an array ([]); give it one value"},
+      {"string.toml", "steps = \"3\"\n", "key 'steps' is \"3\"; expected a whole number (e.g. 4)"},
+      {"float.toml", "steps = 3.5\n", "key 'steps' is 3.5; expected a whole number (e.g. 4)"},
+      {"bool.toml", "lr = true\n", "key 'lr' is true; expected a number (e.g. 0.001)"},
+      {"number.toml", "allreduce = 3\n", "key 'allreduce' is 3; expected a string in quotes (e.g. \"ring\")"},
+      {"table.toml", "[train]\nsteps = 3\n", "'train' is a table; the config holds flat keys, one value each"},
+      {"inline.toml", "opt = { lr = 1 }\n", "'opt' is a table; the config holds flat keys"},
+      {"garbage.toml", "steps = 3 garbage\n", "not valid TOML at line 1, column 11: "},
+  };
+  for (const auto& config : configs) {
+    testing::write_text(dir_ / config.name, config.text);
+    const auto r = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / config.name) + " --data " +
+                               (dir_ / "corpus.txt"));
+    EXPECT_EQ(r.exit_code, 2) << config.name << "\n" << r.output;
+    EXPECT_TRUE(r.output.starts_with("dptrain: --config " + (dir_ / config.name) + ": " + config.line))
+        << config.name << "\n" << r.output;
+    EXPECT_EQ(testing::occurrences(r.output, "\n"), 1) << r.output;
   }
+  testing::write_text(dir_ / "numbers.toml", tiny + "layers = 0x2\nsteps = 1_0\nlr = 3e-3\nquiet = true\n");
+  const auto numbers = run_command(testing::binary_dir() + "/dptrain --config " + (dir_ / "numbers.toml") +
+                                   " --data " + (dir_ / "corpus.txt"));
+  EXPECT_EQ(numbers.exit_code, 0) << numbers.output;
+  EXPECT_NE(numbers.output.find("GPT L=2 H=32"), std::string::npos) << numbers.output;
+  EXPECT_NE(numbers.output.find("done: 10 steps"), std::string::npos) << numbers.output;
   testing::write_text(dir_ / "second.toml", "layers = 2\n");
   const auto two_files = run_command(dptrain("--config " + (dir_ / "second.toml")));
   EXPECT_EQ(two_files.exit_code, 2) << two_files.output;
@@ -337,6 +373,28 @@ TEST_F(DptrainProgram, ResumeWithChangedSettingsSaysWhatChanged) {
                           "--overlap off (was auto)"),
             std::string::npos)
       << r.output;
+  // The data's path is recorded beside the options, and named too when it changes.
+  std::filesystem::copy_file(dir_ / "corpus.txt", dir_ / "corpus-2.txt");
+  const auto data =
+      run_command(dptrain("--steps 6 --data " + (dir_ / "corpus-2.txt") + " --resume " + (dir_ / "ckpt")));
+  ASSERT_EQ(data.exit_code, 0) << data.output;
+  EXPECT_NE(data.output.find("changed since it was saved: --steps 6 (was 3), --data " + (dir_ / "corpus-2.txt") +
+                             " (was " + (dir_ / "corpus.txt") + ")"),
+            std::string::npos)
+      << data.output;
+}
+
+// A finished run resumed as it was (a job started again): nothing to train, said in one line, exit 0, and no
+// summary of no steps ("final loss nan").
+TEST_F(DptrainProgram, ResumingAtTheLastStepHasNothingToTrain) {
+  ASSERT_EQ(run_command(dptrain("--steps 3 --save " + (dir_ / "ckpt"))).exit_code, 0);
+  const auto r = run_command(dptrain("--steps 3 --resume " + (dir_ / "ckpt")));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("dptrain | the checkpoint in '" + (dir_ / "ckpt") +
+                          "' is at step 3 = --steps: nothing to train (raise --steps to continue)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
 }
 
 TEST_F(DptrainProgram, CheckpointOfAnotherShapeIsRefusedAndNothingIsOverwritten) {

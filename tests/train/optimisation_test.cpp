@@ -20,6 +20,9 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
   // Half-way through the decay (progress 44/89... take an odd count so the middle is a step): 10 + 45 of 91.
   EXPECT_NEAR(learning_rate(55, 101, 10, 1.0, 0.1), 0.1 + 0.45 * (1 + std::cos(std::numbers::pi * 0.5)), 1e-15);
   EXPECT_DOUBLE_EQ(learning_rate(0, 1, 0, 0.3, 0.0), 0.3);
+  // --steps = --warmup + 1: the warm-up reaches the peak, the one step after it is the last, at the floor.
+  EXPECT_DOUBLE_EQ(learning_rate(4, 6, 5, 1.0, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(5, 6, 5, 1.0, 0.1), 0.1);
 }
 
 // Every backend of the build (backend_names()) trains through the same engine. (Not the cuda backend's code on the

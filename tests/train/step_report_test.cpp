@@ -108,7 +108,7 @@ TEST(RunSummary, LinesAndRecord) {
   const std::vector<double> memory = {1, 2, 3, 4, 5, 6, 7, 8};
   const RunSummary summary = run_summary({.options = options, .run = kRun, .totals = totals, .plan = plan,
                                           .parameters = layout.total(), .link = link, .memory_mine = memory,
-                                          .memory_largest = memory, .first_step = 10, .threads = 3,
+                                          .memory_largest = memory, .first_step = 10, .last_step = 30, .threads = 3,
                                           .overlap_choice = {{"mode", "on"}, {"overlap", true}},
                                           .cpu_gemm = nullptr,
                                           .attention = "gemm",

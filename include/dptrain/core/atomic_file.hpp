@@ -4,13 +4,14 @@
 
 namespace dptrain {
 
-// Writes bytes to a temporary file in the same directory, flushes it to disk, then renames it over path.
-// Throws UserError naming the file and the system's reason.
+// Writes bytes to a temporary file in the same directory, flushes it to disk, then renames it over path. Throws
+// UserError naming the file and the system's reason, or, before writing anything, when path exists and is not a
+// regular file (a directory, a device, a pipe, a socket: the rename would fail or replace it).
 void write_file_atomically(const std::string& path, const std::string& bytes);
 
-// Why write_file_atomically(path, ...) would fail now — path is a directory, or its directory is missing or not
-// writable (the system's reason) — or empty where it would succeed. Creates and removes a temporary file beside
-// path; path itself is not touched. For checking an output before a long run rather than after it.
+// Why write_file_atomically(path, ...) would fail now — path exists and is not a regular file, or its directory is
+// missing or not writable (the system's reason) — or empty where it would succeed. Creates and removes a temporary
+// file beside path; path itself is not touched. For checking an output before a long run rather than after it.
 std::string atomic_write_problem(const std::string& path);
 
 }  // namespace dptrain

@@ -2,6 +2,7 @@
 #pragma once
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 namespace dptrain {
 
@@ -13,5 +14,9 @@ struct NamedPath {
 // Throws UserError naming the two flags and their paths when two of them resolve to the same file. Paths compare
 // after resolving `.`, `..` and symbolic links of the parts that exist.
 void require_distinct_paths(std::initializer_list<NamedPath> paths);
+
+// Throws UserError when `path` lies inside `folder` (both given, compared as above), saying why it must not:
+// "--log 'ck/run.jsonl' lies inside --save 'ck': <why>; give it a place outside".
+void require_outside(const NamedPath& path, const NamedPath& folder, std::string_view why);
 
 }  // namespace dptrain

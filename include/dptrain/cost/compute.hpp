@@ -18,7 +18,9 @@ double compute_seconds(double flops, int devices, double peak_flops, double eta)
 // flops / seconds / (n·P): model FLOPs utilisation of a step that processed `flops` in `seconds`.
 double mfu(double flops, double seconds, int devices, double peak_flops);
 
-// 1 − exposed/total: the share of the communication time a step did not wait for (0 when there was none).
+// 1 − exposed/total: the share of the communication time a step did not wait for (0 when there was none). At least
+// 0: a measured wait can outlast the collectives' own time (it also holds the hand-over to the comm thread and the
+// collectives queued behind others), and then nothing was hidden, not less than nothing.
 double hidden_fraction(double exposed_seconds, double total_seconds);
 
 // The backward pass is 2/3 of compute: it does twice the forward's FLOPs.

@@ -32,9 +32,15 @@ CLI::Validator whole_number(T minimum = std::numeric_limits<T>::min()) {
           return fmt::format("must be a non-negative integer, got {}", text);
         T value{};
         const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (error == std::errc::result_out_of_range && end == text.data() + text.size())
+        if (error == std::errc::result_out_of_range && end == text.data() + text.size()) {
+          // Without a minimum of the option's own, the type's would mislead (--steps is no count from -2^31).
+          if (std::is_signed_v<T> && minimum == std::numeric_limits<T>::min())
+            return text.starts_with('-')
+                       ? fmt::format("{} is out of range (at least {})", text, std::numeric_limits<T>::min())
+                       : fmt::format("{} is out of range (at most {})", text, std::numeric_limits<T>::max());
           return fmt::format("{} is out of range (expected a whole number from {} to {})", text, minimum,
                              std::numeric_limits<T>::max());
+        }
         if (error != std::errc() || end != text.data() + text.size())
           return fmt::format("expected a whole number, got '{}'", text);
         if (value < minimum)

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dptrain/train/options.hpp"
+#include "dptrain/train/toml_config.hpp"
 
 namespace CLI {
 class App;
@@ -29,6 +30,7 @@ struct TrainOption {
   std::string help;
   Agreement agreement = Agreement::every_rank;
   bool in_checkpoint = false;  // recorded in meta.json "training" under key()
+  ValueKind kind = ValueKind::text;  // the TOML value its config key takes
   // Adds the flag to a CLI11 parser, bound to the field of `options` (which must outlive the parse).
   std::function<void(CLI::App&, TrainOptions&)> add_to_parser;
   // The value as text: what the agreement check compares and prints ("0.001", "true", "bf16", "ckpt").
@@ -42,6 +44,9 @@ struct TrainOption {
 
 // Every option of dptrain in the order `--help` lists them.
 const std::vector<TrainOption>& train_option_table();
+
+// The kind of value the option whose TOML key (flag without its dashes) is `key` takes; nullopt for no option.
+std::optional<ValueKind> config_value_kind(std::string_view key);
 
 // A value every rank must share: compared by `text`, printed as `shown` (when set) in the refusal.
 struct AgreedValue {

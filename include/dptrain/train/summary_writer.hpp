@@ -40,6 +40,7 @@ struct SummaryInputs {
   const LinkSource& link;
   std::vector<double> memory_mine, memory_largest;  // memory_figures() of this rank and the maximum over ranks
   int first_step = 0;  // loop steps done before this run (a resume)
+  int last_step = 0;   // the last loop step run: --steps, or where a signal or a non-finite step stopped it
   int threads = 1;     // per rank
   nlohmann::json overlap_choice;  // OverlapChoice::summary()
   nlohmann::json cpu_gemm;        // CpuGemmChoice::summary(); null on cuda

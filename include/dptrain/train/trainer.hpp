@@ -76,6 +76,7 @@ class Trainer {
   std::string peak_source_;
   SaveLock save_lock_;  // rank 0's lock of --save DIR, from the end of connect()
   int first_step_ = 0;  // loop steps done before this run: the resumed checkpoint's step, or 0
+  int last_step_ = 0;   // the last loop step run (taken or skipped), first_step_ before the first
   std::vector<std::string> changed_since_checkpoint_;  // "--steps 80 (was 50)": options a resumed run changed
   OverlapChoice overlap_choice_{"on"};
   std::shared_ptr<CpuGemm> cpu_gemm_;  // what the cpu backend multiplies with; set in connect() for auto

@@ -1,0 +1,87 @@
+// A TOML config as CLI11's flag values, through toml++.
+#include "dptrain/train/toml_config.hpp"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <sstream>
+
+#include "dptrain/core/error.hpp"
+
+namespace dptrain {
+
+namespace {
+
+std::string_view kind_name(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::whole_number:
+      return "a whole number (e.g. 4)";
+    case ValueKind::number:
+      return "a number (e.g. 0.001)";
+    case ValueKind::boolean:
+      return "true or false";
+    case ValueKind::text:
+      return "a string in quotes (e.g. \"ring\")";
+  }
+  return "";
+}
+
+// How the file wrote the value, for messages: `"3"`, `3.5`, `true`.
+std::string shown(const toml::node& node) {
+  if (const auto* s = node.as_string()) return fmt::format("\"{}\"", s->get());
+  std::ostringstream text;
+  node.visit([&text](const auto& value) { text << value; });
+  return text.str();
+}
+
+}  // namespace
+
+TomlConfig::TomlConfig(std::string path, std::function<std::optional<ValueKind>(std::string_view key)> kind_of)
+    : path_(std::move(path)), kind_of_(std::move(kind_of)) {}
+
+std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const {
+  toml::table table;
+  try {
+    table = toml::parse(input, std::string_view(path_));
+  } catch (const toml::parse_error& e) {
+    // toml++ heads some descriptions with the construct it was in: "Error while parsing key-value pair: ".
+    std::string_view what = e.description();
+    if (const auto colon = what.find(": "); what.starts_with("Error while parsing") && colon != what.npos)
+      what.remove_prefix(colon + 2);
+    fail("--config {}: not valid TOML at line {}, column {}: {}", path_, e.source().begin.line,
+         e.source().begin.column, what);
+  }
+  std::vector<CLI::ConfigItem> items;
+  for (const auto& [toml_key, node] : table) {
+    const std::string key(toml_key.str());
+    if (node.is_table())
+      fail("--config {}: '{}' is a table; the config holds flat keys, one value each (e.g. `layers = 4`)", path_,
+           key);
+    if (node.is_array())
+      fail("--config {}: key '{}' is an array ({}); give it one value (e.g. `layers = 4`)", path_, key, shown(node));
+    std::string text;
+    if (const auto* s = node.as_string())
+      text = s->get();
+    else if (const auto* i = node.as_integer())
+      text = fmt::format("{}", i->get());
+    else if (const auto* f = node.as_floating_point())
+      text = fmt::format("{}", f->get());
+    else if (const auto* b = node.as_boolean())
+      text = b->get() ? "true" : "false";
+    else
+      fail("--config {}: key '{}' is a date or time ({}); no option takes one", path_, key, shown(node));
+    const std::optional<ValueKind> kind = kind_of_(key);
+    const bool fits = !kind || (*kind == ValueKind::whole_number && node.is_integer()) ||
+                      (*kind == ValueKind::number && node.is_number()) ||
+                      (*kind == ValueKind::boolean && node.is_boolean()) ||
+                      (*kind == ValueKind::text && node.is_string());
+    if (!fits) fail("--config {}: key '{}' is {}; expected {}", path_, key, shown(node), kind_name(*kind));
+    CLI::ConfigItem item;
+    item.name = key;
+    item.inputs = {text};
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+}  // namespace dptrain
