@@ -96,10 +96,9 @@ std::size_t parse_size(const std::string& text, const char* flag) {
   require(digits > 0 && shift >= 0,
           "{}: bad size '{}' (expected bytes with an optional K, M or G suffix, e.g. 8, 1K, 256M)", flag, text);
   std::size_t number = 0;
-  const bool fits = std::from_chars(text.data(), text.data() + digits, number).ec == std::errc();
-  require(fits, "{}: size '{}' does not fit in 64 bits", flag, text);
+  const bool parsed = std::from_chars(text.data(), text.data() + digits, number).ec == std::errc();
+  require(parsed && number <= (SIZE_MAX >> shift), "{}: size '{}' does not fit in 64 bits", flag, text);
   require(number > 0, "{}: size must be at least 1 byte, got '{}'", flag, text);
-  require(number <= (SIZE_MAX >> shift), "{}: size '{}' does not fit in 64 bits", flag, text);
   return number << shift;
 }
 

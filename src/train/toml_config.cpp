@@ -59,23 +59,26 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
            key);
     if (node.is_array())
       fail("--config {}: key '{}' is an array ({}); give it one value (e.g. `layers = 4`)", path_, key, shown(node));
+    // The value as the text CLI11 converts, and its kind (an integer is a number too).
     std::string text;
-    if (const auto* s = node.as_string())
+    ValueKind given = ValueKind::text;
+    if (const auto* s = node.as_string()) {
       text = s->get();
-    else if (const auto* i = node.as_integer())
+    } else if (const auto* i = node.as_integer()) {
       text = fmt::format("{}", i->get());
-    else if (const auto* f = node.as_floating_point())
+      given = ValueKind::whole_number;
+    } else if (const auto* f = node.as_floating_point()) {
       text = fmt::format("{}", f->get());
-    else if (const auto* b = node.as_boolean())
+      given = ValueKind::number;
+    } else if (const auto* b = node.as_boolean()) {
       text = b->get() ? "true" : "false";
-    else
+      given = ValueKind::boolean;
+    } else {
       fail("--config {}: key '{}' is a date or time ({}); no option takes one", path_, key, shown(node));
+    }
     const std::optional<ValueKind> kind = kind_of_(key);
-    const bool fits = !kind || (*kind == ValueKind::whole_number && node.is_integer()) ||
-                      (*kind == ValueKind::number && node.is_number()) ||
-                      (*kind == ValueKind::boolean && node.is_boolean()) ||
-                      (*kind == ValueKind::text && node.is_string());
-    if (!fits) fail("--config {}: key '{}' is {}; expected {}", path_, key, shown(node), kind_name(*kind));
+    if (kind && *kind != given && !(*kind == ValueKind::number && given == ValueKind::whole_number))
+      fail("--config {}: key '{}' is {}; expected {}", path_, key, shown(node), kind_name(*kind));
     CLI::ConfigItem item;
     item.name = key;
     item.inputs = {text};

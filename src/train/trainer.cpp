@@ -282,6 +282,14 @@ int Trainer::run() {
   }
 
   RunTotals totals;
+  // A non-finite step or validation loss ends the run after loop step `done`: its checkpoint with --save (for a
+  // resume with another --lr, say, instead of a repeat), the summary, and the stop line on stderr; exit 3.
+  const auto stop_non_finite = [&](int done, const std::string& reason, const std::string& line) {
+    if (!options_.save.empty()) save(done);
+    finish(shape, totals, reason);
+    complain(line);
+    return kExitNonFinite;
+  };
   int skipped_in_a_row = 0;
   // The loop step, not the engine's optimizer step, drives the schedule, the data and the checkpoints' names:
   // a skipped non-finite step takes no update but is a step all the same.
@@ -327,15 +335,13 @@ int Trainer::run() {
                                                   step + 1, result.loss, result.grad_norm);
     skipped_in_a_row = result.finite ? 0 : skipped_in_a_row + 1;
     if (!result.finite && (!options_.skip_nonfinite || skipped_in_a_row >= options_.max_skipped)) {
-      // The step took no update: its checkpoint holds the weights of the last finite step, so that the run can
-      // be resumed (with another --lr, say) instead of repeated.
-      if (!options_.save.empty()) save(step + 1);
-      finish(shape, totals, "a non-finite step");
-      complain(options_.skip_nonfinite
-                   ? fmt::format("{}; stopping after {} consecutive skipped steps (--max-skipped {})", skipped,
-                                 skipped_in_a_row, options_.max_skipped)
-                   : fmt::format("{}; stopping (use --skip-nonfinite to skip such steps)", skipped));
-      return kExitNonFinite;
+      // The step took no update: its checkpoint holds the weights of the last finite step.
+      return stop_non_finite(
+          step + 1, "a non-finite step",
+          options_.skip_nonfinite
+              ? fmt::format("{}; stopping after {} consecutive skipped steps (--max-skipped {})", skipped,
+                            skipped_in_a_row, options_.max_skipped)
+              : fmt::format("{}; stopping (use --skip-nonfinite to skip such steps)", skipped));
     }
     if (result.finite) totals.add_step(seconds, result, comm);
     const bool last = step + 1 == options_.steps;
@@ -353,14 +359,11 @@ int Trainer::run() {
     }
 
     if (val_loss && !std::isfinite(*val_loss) && !options_.skip_nonfinite) {
-      // Weights whose training loss is still finite but whose validation loss is not have diverged: stop as a
-      // non-finite step does, the checkpoint saved for inspection (or a resume with another --lr).
-      if (!options_.save.empty()) save(step + 1);
-      finish(shape, totals, "a non-finite validation loss");
-      complain(fmt::format("dptrain: step {}: validation loss {} is not finite; stopping (use --skip-nonfinite to "
-                           "go on)",
-                           step + 1, *val_loss));
-      return kExitNonFinite;
+      // Weights whose training loss is still finite but whose validation loss is not have diverged.
+      return stop_non_finite(step + 1, "a non-finite validation loss",
+                             fmt::format("dptrain: step {}: validation loss {} is not finite; stopping (use "
+                                         "--skip-nonfinite to go on)",
+                                         step + 1, *val_loss));
     }
     const bool save_due = last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0);
     if (!options_.save.empty() && (save_due || (stop_signal != 0 && !last))) save(step + 1);
