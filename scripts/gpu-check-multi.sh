@@ -174,22 +174,22 @@ NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,NET 
   --comm-timeout 60 --json "$OUT/dpbench-cuda.json" > "$OUT/dpbench-cuda.txt" 2>&1
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda.txt"
 cat "$OUT"/dpbench-nccl.*.txt > "$OUT/dpbench-nccl.txt" 2>/dev/null; rm -f "$OUT"/dpbench-nccl.*.txt
-tail -22 "$OUT/dpbench-cuda.txt"
+tail -25 "$OUT/dpbench-cuda.txt"
 # The ring unpipelined (one group per round, no sub-chunks): with the sweep above it tells the host's cost per
 # NCCL group (a non-blocking communicator starts a thread for each) from the pipelining's gain.
 log "dpbench --device cuda, 2 ranks, ring with --ring-piece chunk"
 NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 60 "$bin/dpbench" --device cuda --op allreduce --algo ring --ring-piece chunk \
-  -b 1M -e 256M -f 4 -n 5 -w 2 --comm-timeout 30 --json "$OUT/dpbench-cuda-chunk.json" > "$OUT/dpbench-cuda-chunk.txt" 2>&1
+  -b 1M -e 256M -f 4 -n 5 -w 2 -c 0 --comm-timeout 30 --json "$OUT/dpbench-cuda-chunk.json" > "$OUT/dpbench-cuda-chunk.txt" 2>&1
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda-chunk.txt"
-tail -6 "$OUT/dpbench-cuda-chunk.txt"
+tail -9 "$OUT/dpbench-cuda-chunk.txt"
 # The ring's send/recv get 2 channels per network peer by default (NCCL 2.28), the all-reduce more: ring and native
 # again, from 16 MiB up, with 4 (the variable changes send/recv only).
 log "dpbench --device cuda, 2 ranks, ring and native with NCCL_NCHANNELS_PER_NET_PEER=4"
 NCCL_NCHANNELS_PER_NET_PEER=4 NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 60 "$bin/dpbench" --device cuda \
-  --op allreduce --algo all -b 16M -e 256M -f 4 -n 5 -w 2 --comm-timeout 30 --json "$OUT/dpbench-cuda-p2p4.json" \
+  --op allreduce --algo all -b 16M -e 256M -f 4 -n 5 -w 2 -c 0 --comm-timeout 30 --json "$OUT/dpbench-cuda-p2p4.json" \
   > "$OUT/dpbench-cuda-p2p4.txt" 2>&1
 echo "dpbench exit $?" >> "$OUT/dpbench-cuda-p2p4.txt"
-tail -10 "$OUT/dpbench-cuda-p2p4.txt"
+tail -13 "$OUT/dpbench-cuda-p2p4.txt"
 
 # Small messages, where an operation's time is mostly the host's: a non-blocking communicator (the default) against
 # a blocking one (--nccl-blocking), which launches each group on the calling thread instead of a thread per group.
@@ -198,9 +198,9 @@ for mode in non-blocking blocking; do
   flag=()
   [ "$mode" = blocking ] && flag=(--nccl-blocking)
   NCCL_ALGO=Ring NCCL_PROTO=Simple two_ranks 40 "$bin/dpbench" --device cuda --op allreduce --algo all -b 8 -e 1M -f 8 \
-    -n 20 -w 5 --comm-timeout 30 "${flag[@]}" --json "$OUT/dpbench-small-$mode.json" > "$OUT/dpbench-small-$mode.txt" 2>&1
+    -n 20 -w 5 -c 0 --comm-timeout 30 "${flag[@]}" --json "$OUT/dpbench-small-$mode.json" > "$OUT/dpbench-small-$mode.txt" 2>&1
   echo "dpbench exit $?" >> "$OUT/dpbench-small-$mode.txt"
-  tail -8 "$OUT/dpbench-small-$mode.txt"
+  tail -11 "$OUT/dpbench-small-$mode.txt"
 done
 
 # ---- 2. correctness of training on two ranks ----------------------------------------------------------------------

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -18,7 +19,9 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,13 +108,14 @@ std::size_t parse_size(const std::string& text, const char* flag) {
 struct Options {
   std::size_t min_bytes = 0, max_bytes = 0;
   int factor = 2;
+  std::size_t step_bytes = 0;       // -i: sizes b, b + i, b + 2i, ... instead of b, b·f, b·f², ...
   BenchOp op = BenchOp::allreduce;  // the operation being measured
   // --op all: the three collectives one after another (what --fit needs to tell γ from β); else {op}.
   std::vector<BenchOp> ops;
   std::vector<Algorithm> algorithms;
   DType dtype = DType::bf16;
   int iters = 20, warmup = 5;
-  bool check = false;
+  bool check = true;  // -c 1, as nccl-tests
   std::string json;
   std::string device = "cpu";
   std::size_t ring_piece_bytes = kRingPieceBytes;  // cuda: kNcclRingPieceBytes
@@ -125,9 +129,9 @@ struct Options {
 
 // Returns nullopt after --help (printed by rank 0). Throws UserError on bad input, CLI::ParseError on bad syntax.
 std::optional<Options> parse_options(int argc, char** argv, bool print) {
-  CLI::App app{"dpbench: collective benchmark (nccl-tests style); run under mpirun"};
+  CLI::App app{"dpbench: collective benchmark (nccl-tests style); run under mpirun", "dpbench"};
   std::string min_bytes = "8", max_bytes = "256M", op = "allreduce", algo = "all", dtype = "bf16", piece = "";
-  int check = 0;
+  int check = 1;
   Options options;
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: last wins
   app.add_option("-b,--minbytes", min_bytes, "smallest message in bytes (K, M, G suffixes)")->capture_default_str();
@@ -135,6 +139,9 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("-f,--stepfactor", options.factor, "size multiplier between rows (integer ≥ 2)")
       ->capture_default_str()
       ->transform(dptrain::whole_number<int>(2));
+  std::string step_bytes;
+  app.add_option("-i,--stepbytes", step_bytes,
+                 "size increment between rows in bytes (K, M, G suffixes), instead of -f's factor");
   app.add_option("-o,--op", op, "allreduce, reduce_scatter, all_gather, sendrecv, or all (the three collectives)")
       ->capture_default_str();
   app.add_option("-a,--algo", algo, "ring, tree, native or all (ignored by sendrecv)")->capture_default_str();
@@ -148,7 +155,9 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   app.add_option("--fit", options.fit,
                  "fit α and β (and γ, the reduction's cost per byte added, with --op all) to the sweep by least "
                  "squares (per algorithm) and write the first algorithm's to this link.json (for dptrain --link)");
-  app.add_option("-c,--check", check, "1: verify results and count wrong elements")
+  app.add_option("-c,--check", check,
+                 "1: verify every row's results and count wrong elements (a wrong one makes the exit code 1); 0: "
+                 "do not")
       ->capture_default_str()
       ->transform(dptrain::whole_number<int>());
   app.add_option("--json", options.json, "also write the rows as a JSON array to this file");
@@ -165,10 +174,10 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
       ->check(dptrain::true_or_false());
   app.add_option("--schedule", options.schedule_ranks,
                  "print how the collective (-o; -a ring or tree) moves and adds a buffer's elements over this many "
-                 "ranks, round by round, and the sums every rank ends with; then exit, sending nothing")
+                 "ranks (1 to 16), round by round, and the sums every rank ends with; then exit, sending nothing")
       ->transform(dptrain::whole_number<int>());
   app.add_option("--schedule-count", options.schedule_count,
-                 "with --schedule: the buffer's elements (default: 2 per rank)")
+                 "with --schedule: the buffer's elements (1 to 64; default: 2 per rank)")
       ->transform(dptrain::whole_number<std::size_t>());
   try {
     app.parse(argc, argv);
@@ -179,6 +188,8 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
   options.min_bytes = parse_size(min_bytes, "-b");
   options.max_bytes = parse_size(max_bytes, "-e");
   require(options.min_bytes <= options.max_bytes, "-b {} is larger than -e {}", min_bytes, max_bytes);
+  require(step_bytes.empty() || !app.count("-f"), "-i and -f: give one (a size increment or a size factor)");
+  if (!step_bytes.empty()) options.step_bytes = parse_size(step_bytes, "-i");
   if (op == "all") {
     options.ops = {BenchOp::allreduce, BenchOp::reduce_scatter, BenchOp::all_gather};
   } else {
@@ -513,6 +524,29 @@ void print_row(const BenchResult& r, bool with_estimate) {
   std::fflush(stdout);
 }
 
+// After an operation's rows, as nccl-tests ends its table: the wrong elements of its rows (with -c 1) and each
+// algorithm's bus bandwidth averaged over the rows.
+void print_footer(const std::vector<BenchResult>& rows, bool checked) {
+  long wrong = 0;
+  std::vector<std::pair<std::string, std::vector<double>>> busbw;  // per algorithm, in the rows' order
+  for (const BenchResult& r : rows) {
+    wrong += r.wrong.value_or(0);
+    auto it = std::find_if(busbw.begin(), busbw.end(), [&](const auto& a) { return a.first == r.algo; });
+    if (it == busbw.end()) it = busbw.insert(busbw.end(), {r.algo, {}});
+    it->second.push_back(r.busbw);
+  }
+  if (checked)
+    std::printf("# Out of bounds values : %ld %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
+  else
+    std::printf("# Out of bounds values : not checked (-c 0)\n");
+  std::vector<std::string> means;
+  for (const auto& [algo, values] : busbw)
+    means.push_back(fmt::format("{} {:.3f}", algo,
+                                std::accumulate(values.begin(), values.end(), 0.0) / double(values.size())));
+  std::printf("# Avg bus bandwidth    : %s GB/s\n#\n", fmt::format("{}", fmt::join(means, ", ")).c_str());
+  std::fflush(stdout);
+}
+
 // The α–β model of one benchmark row: which collective formula (docs/systems-model.md) its time follows; none for
 // the tree's reduce-scatter and all-gather (the model has no formula for them: their rows are left out of its fit).
 std::optional<cost::Collective> modelled_collective(BenchOp op, const std::string& algo) {
@@ -559,12 +593,19 @@ void fit_links(const std::string& path, const std::vector<BenchResult>& results)
       continue;
     }
     const cost::LinkFit& fit = fitted.fit;
-    std::printf("# fit %-7s %s%s  (%d sizes%s, max |relative residual| %.1f%%)\n", algo.c_str(),
+    std::printf("# fit %-7s %s%s  (%d rows%s, max |relative residual| %.1f%%)\n", algo.c_str(),
                 cost::describe(fit.link).c_str(),
                 fitted.gamma_fitted ? (fit.link.gamma_s_per_byte > 0 ? "" : ", γ = 0") : ", γ not determined",
                 fit.samples,
                 rows_left_out ? " of its all-reduce: the model has no tree reduce-scatter or all-gather" : "",
                 100 * fit.max_relative_residual);
+    // A link that misses a measured row by this much describes the sweep poorly: said, and written all the same.
+    constexpr double kPoorFit = 0.25;
+    if (fit.max_relative_residual > kPoorFit)
+      std::printf("# fit %-7s warning: a row is %.0f%% off the fitted α + n/B (more than %.0f%%)%s: noisy timings, "
+                  "or sizes where another cost dominates; the link is a poor description of this sweep\n",
+                  algo.c_str(), 100 * fit.max_relative_residual, 100 * kPoorFit,
+                  fit.link.alpha_s == 0 ? ", and α was held at 0 (the best fit's was negative)" : "");
     fits.push_back({{"algo", algo},
                     {"alpha_s", fit.link.alpha_s},
                     {"bandwidth_Bps", fit.link.bandwidth_Bps},
@@ -641,9 +682,16 @@ bool device_usable(const std::string& device, Placement placement, int rank) {
 // The message sizes of the sweep: -b, -b·f, -b·f², … up to -e.
 std::vector<std::size_t> sweep_sizes(const Options& options) {
   std::vector<std::size_t> sizes;
-  for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= options.factor) {
+  for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes;) {
     sizes.push_back(bytes);
-    if (bytes > options.max_bytes / options.factor) break;  // the next size would overflow or pass -e
+    // The next size would overflow or pass -e: the last row.
+    if (options.step_bytes > 0) {
+      if (bytes > options.max_bytes - options.step_bytes) break;
+      bytes += options.step_bytes;
+    } else {
+      if (bytes > options.max_bytes / options.factor) break;
+      bytes *= options.factor;
+    }
   }
   return sizes;
 }
@@ -726,11 +774,18 @@ int run(int argc, char** argv, int rank) {
   const std::vector<std::size_t> sizes = sweep_sizes(*options);
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  if (!options->fit.empty() && (ranks < 2 || sizes.size() < 2)) {  // known on every rank alike
+  // The rows of the first operation (the one the fit needs) after reduce-scatter's and all-gather's rounding.
+  std::set<std::size_t> fitted_counts;
+  for (std::size_t bytes : sizes) fitted_counts.insert(row_count(*options, bytes, ranks));
+  if (!options->fit.empty() && (ranks < 2 || fitted_counts.size() < 2)) {  // known on every rank alike
     const std::string why =
         ranks < 2 ? "one rank sends nothing over a link, so α and B are undetermined: run on 2 ranks or more"
-                  : fmt::format("the sweep has one message size ({} bytes); a fit needs two or more (-b below -e)",
-                                sizes.front());
+        : sizes.size() < 2
+            ? fmt::format("the sweep has one message size ({} bytes); a fit needs two or more (-b below -e)",
+                          sizes.front())
+            : fmt::format("the sweep's sizes are one row once {} rounds them up to whole chunks of {} elements; a "
+                          "fit needs two or more (raise -e)",
+                          name_of(options->op), ranks);
     if (rank == 0) std::fprintf(stderr, "dpbench: --fit: %s\n", why.c_str());
     return kExitBadInput;
   }
@@ -752,6 +807,7 @@ int run(int argc, char** argv, int rank) {
     sweep.op = op;
     if (rank == 0) print_header(sweep, *bench, bench->transport->size());
     std::size_t previous_count = 0;
+    const std::size_t first_row = results.size();
     for (std::size_t bytes : sizes) {
       // Reduce-scatter and all-gather round sizes up to whole chunks: a size that rounds onto the last row's is
       // that row again.
@@ -763,6 +819,9 @@ int run(int argc, char** argv, int rank) {
         if (rank == 0) print_row(results.back(), bool(bench->estimate));
       }
     }
+    if (rank == 0)
+      print_footer(std::vector<BenchResult>(results.begin() + std::ptrdiff_t(first_row), results.end()),
+                   options->check);
   }
   // After the last collective, rank 0 writes; a fit that cannot be made (too few or too noisy sizes) ends every
   // rank with exit 2.
@@ -776,7 +835,19 @@ int run(int argc, char** argv, int rank) {
     return std::string();
   };
   if (!agreed_on_first(rank, write_results)) return kExitBadInput;
-  return 0;
+  // Every rank holds the counts (summed over ranks): wrong results end every rank with exit 1, a failure of the
+  // collectives, as nccl-tests ends with EXIT_FAILURE.
+  long wrong = 0, wrong_rows = 0;
+  for (const BenchResult& r : results) {
+    wrong += r.wrong.value_or(0);
+    wrong_rows += r.wrong.value_or(0) > 0;
+  }
+  if (wrong == 0) return 0;
+  if (rank == 0)
+    std::fprintf(stderr,
+                 "dpbench: %ld wrong element(s) in %ld of %zu rows (-c 1): the collectives' results are wrong\n",
+                 wrong, wrong_rows, results.size());
+  return 1;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The α–β costs of the collectives: the table of collectives.hpp, one case per row.
 #include "dptrain/cost/collectives.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -48,15 +49,18 @@ AlphaBetaTerms collective_terms(Collective kind, int ranks, double bytes) {
   throw std::logic_error("collective_terms: unknown Collective");
 }
 
+double wire_bytes(Collective kind, int ranks, double bytes) {
+  // The tree's time counts its levels; its bytes per rank are the root's: the whole vector to each of its children
+  // (two from 3 ranks on: the table's 2M).
+  if (kind == Collective::tree_all_reduce) return std::min(ranks - 1, 2) * bytes;
+  return collective_terms(kind, ranks, bytes).bandwidth_bytes;
+}
+
 CollectiveCost collective_cost(Collective kind, int ranks, double bytes, const Link& link) {
-  const AlphaBetaTerms terms = collective_terms(kind, ranks, bytes);
-  CollectiveCost cost{.seconds = terms.seconds(link), .wire_bytes = terms.bandwidth_bytes, .payload_bytes = bytes};
-  if (kind == Collective::tree_all_reduce) {
-    // An inner node sends its partial sum up once and the result down once: 2M, however deep the tree.
-    cost.wire_bytes = ranks > 1 ? 2 * bytes : 0;
-  } else if (kind == Collective::ring_all_gather) {
-    cost.payload_bytes = bytes / ranks;  // a rank originates its own slice of the gathered vector
-  }
+  CollectiveCost cost{.seconds = collective_terms(kind, ranks, bytes).seconds(link),
+                      .wire_bytes = wire_bytes(kind, ranks, bytes),
+                      .payload_bytes = bytes};
+  if (kind == Collective::ring_all_gather) cost.payload_bytes = bytes / ranks;  // a rank originates its own slice
   return cost;
 }
 

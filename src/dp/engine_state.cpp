@@ -11,12 +11,6 @@
 
 namespace dptrain {
 
-namespace {
-
-std::size_t bucket_bytes(double bucket_mb) { return std::size_t(bucket_mb * double(std::size_t{1} << 20)); }
-
-}  // namespace
-
 DataParallelEngine::DataParallelEngine(const ModelConfig& config, Backend& backend, RankGroup group,
                                        EngineSettings settings, std::size_t local_windows)
     : layout_(config),
@@ -129,6 +123,21 @@ OptimizerState DataParallelEngine::optimizer_state() const {
   for (auto [host, buffer] : {std::pair{&state.master, &master_}, {&state.m, &adam_m_}, {&state.v, &adam_v_}}) {
     host->resize(n);
     device().download(host->data(), buffer->data(), buffer->bytes());
+  }
+  return state;
+}
+
+OptimizerState DataParallelEngine::packed_optimizer_state() const {
+  OptimizerState state;
+  std::size_t n = 0;
+  for (const OptimizerPiece& piece : optimizer_pieces_) n += piece.flat.size();
+  for (auto [host, buffer] : {std::pair{&state.master, &master_}, {&state.m, &adam_m_}, {&state.v, &adam_v_}}) {
+    host->resize(n);
+    std::size_t at = 0;
+    for (const OptimizerPiece& piece : optimizer_pieces_) {
+      device().download(host->data() + at, buffer->as<float>() + piece.at, piece.flat.size() * sizeof(float));
+      at += piece.flat.size();
+    }
   }
   return state;
 }

@@ -56,4 +56,10 @@ std::size_t UnitPlan::unit_of(std::size_t offset) const {
   return 0;
 }
 
+std::size_t UnitPlan::largest_padded() const {
+  std::size_t largest = 0;
+  for (const Unit& u : units_) largest = std::max(largest, u.padded);
+  return largest;
+}
+
 }  // namespace dptrain

@@ -126,22 +126,16 @@ std::string save_checkpoint(const std::string& dir, DataParallelEngine& engine, 
   std::string my_checksum;  // "file xxh64:..." of the shard this rank wrote, or empty
   if (sharded || rank == 0) {
     // The owned elements without the padding, piece after piece.
-    std::vector<float> master, m, v;
-    const OptimizerState state = engine.optimizer_state();
+    const OptimizerState state = engine.packed_optimizer_state();
     nlohmann::json ranges = nlohmann::json::array();
-    for (const OptimizerPiece& piece : engine.optimizer_pieces()) {
-      if (piece.flat.size() == 0) continue;
-      ranges.push_back({piece.flat.begin, piece.flat.end});
-      for (auto [to, from] : {std::pair{&master, &state.master}, {&m, &state.m}, {&v, &state.v}})
-        to->insert(to->end(), from->begin() + std::ptrdiff_t(piece.at),
-                   from->begin() + std::ptrdiff_t(piece.at + piece.flat.size()));
-    }
-    const std::size_t n = master.size();
+    for (const OptimizerPiece& piece : engine.optimizer_pieces())
+      if (piece.flat.size() != 0) ranges.push_back({piece.flat.begin, piece.flat.end});
+    const std::size_t n = state.master.size();
     const std::string& shard = shards[sharded ? rank : 0];
     const std::uint64_t hash = write_safetensors((temporary / shard).string(),
-                                                 {{"master", "F32", {n}, master.data(), n * 4},
-                                                  {"adam_m", "F32", {n}, m.data(), n * 4},
-                                                  {"adam_v", "F32", {n}, v.data(), n * 4}},
+                                                 {{"master", "F32", {n}, state.master.data(), n * 4},
+                                                  {"adam_m", "F32", {n}, state.m.data(), n * 4},
+                                                  {"adam_v", "F32", {n}, state.v.data(), n * 4}},
                                                  {{"ranges", ranges.dump()}});
     my_checksum = shard + " " + checksum_text(hash);
   }

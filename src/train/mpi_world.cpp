@@ -103,8 +103,8 @@ std::string out_of_memory_message() {
     if (::getrlimit(resource, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
       limits += fmt::format(", this process's {} limit {}", name, format_binary_bytes(double(limit.rlim_cur)));
   }
-  return fmt::format("out of memory ({} available on this host{}): the model, --batch, --eval-windows or the data "
-                     "are too large for it",
+  return fmt::format("out of memory ({} available on this host{}): the model, --batch or the data are too large "
+                     "for it",
                      format_binary_bytes(available_memory_bytes()), limits);
 }
 

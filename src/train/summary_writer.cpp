@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "dptrain/cost/compute.hpp"
+#include "dptrain/cost/collectives.hpp"
 #include "dptrain/cost/zero.hpp"
 #include "dptrain/train/memory_report.hpp"
 
@@ -58,8 +59,10 @@ RunSummary run_summary(const SummaryInputs& in) {
 
   const double mean_ms = t.steps ? 1e3 * t.seconds / t.steps : 0.0;
   const double tokens_per_s = t.seconds > 0 ? double(run.tokens_per_step) * t.steps / t.seconds : 0.0;
-  lines.push_back(fmt::format("dptrain | done: {} steps | final loss {:.4f} | val {:.4f} | {:.1f} ms/step | {} tok/s",
-                              t.steps, t.last_loss, t.last_val, mean_ms, human_count(tokens_per_s)));
+  lines.push_back(fmt::format("dptrain | done: {} step{} | final loss {:.4f}{} | {:.1f} ms/step | {} tok/s", t.steps,
+                              t.steps == 1 ? "" : "s", t.last_loss,
+                              t.last_val ? fmt::format(" | val {:.4f}", *t.last_val) : std::string(), mean_ms,
+                              human_count(tokens_per_s)));
   const nlohmann::json table = collectives_table(t.collectives, lines);
   const double per_step = t.steps ? 1.0 / t.steps : 0.0;
   const double hidden = cost::hidden_fraction(t.exposed, t.comm);
@@ -74,15 +77,25 @@ RunSummary run_summary(const SummaryInputs& in) {
 
   // Bytes each rank sends per step and memory per rank, against docs/systems-model.md's ZeRO formulas.
   const double params = double(in.parameters), grad_bytes = double(element_size(o.grad_dtype));
-  auto bytes_formula = [&](double n) {
+  // The ring's formula for every stage (native is counted as the ring would send); the tree's for its all-reduce
+  // (stage 0: 2M, what rank 0, its root, sends from 3 ranks on), none for its reduce-scatter and all-gather.
+  const bool tree = o.allreduce == "tree";
+  auto bytes_formula = [&](double n) -> nlohmann::json {
+    if (tree && o.zero > 0) return nullptr;
+    if (tree) return cost::wire_bytes(cost::Collective::tree_all_reduce, run.ranks, n * grad_bytes);
     return cost::zero_bytes_sent_per_accumulated_step(o.zero, n, run.ranks, o.grad_accum, grad_bytes);
   };
   const nlohmann::json bytes_sent = {{"measured", double(t.bytes_sent) * per_step},
                                      {"modelled", bytes_formula(params)},
                                      {"modelled_padded", bytes_formula(double(in.plan.padded_total()))}};
-  lines.push_back(fmt::format(
-      "dptrain | bytes sent per step and rank: {:.0f} measured, {:.0f} modelled ({:.0f} with the units' padding)",
-      double(bytes_sent["measured"]), double(bytes_sent["modelled"]), double(bytes_sent["modelled_padded"])));
+  if (bytes_sent["modelled"].is_null())
+    lines.push_back(fmt::format("dptrain | bytes sent per step and rank: {:.0f} measured (the model has no formula "
+                                "for the tree's reduce-scatter and all-gather)",
+                                double(bytes_sent["measured"])));
+  else
+    lines.push_back(fmt::format(
+        "dptrain | bytes sent per step and rank: {:.0f} measured, {:.0f} modelled ({:.0f} with the units' padding)",
+        double(bytes_sent["measured"]), double(bytes_sent["modelled"]), double(bytes_sent["modelled_padded"])));
   const nlohmann::json memory = memory_report(in.memory_mine, in.memory_largest,
                                               cost::zero_memory_per_rank(o.zero, params, run.ranks, grad_bytes));
   for (const std::string& line : memory_table(memory)) lines.push_back(line);
@@ -124,7 +137,7 @@ RunSummary run_summary(const SummaryInputs& in) {
       {"mean_step_ms", mean_ms},
       {"tokens_per_s", tokens_per_s},
       {"final_loss", t.last_loss},
-      {"final_val_loss", t.last_val},
+      {"final_val_loss", t.last_val ? nlohmann::json(*t.last_val) : nlohmann::json()},
       {"parameters", in.parameters},
       {"ranks", run.ranks},
       {"threads_per_rank", in.threads}};

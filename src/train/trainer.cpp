@@ -32,6 +32,13 @@
 
 namespace dptrain {
 
+namespace {
+
+// A NaN as "nan" whatever its sign bit (a square root of a NaN sum prints "-nan" otherwise).
+double unsigned_nan(double x) { return std::isnan(x) ? std::fabs(x) : x; }
+
+}  // namespace
+
 Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
   validate(options_, world_.size());
   overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
@@ -202,17 +209,31 @@ void Trainer::fill_local_windows(int step) {
     data_->train_window(options_.seed, std::uint64_t(step), i, windows_.data() + (i - mine.begin) * W);
 }
 
-double Trainer::evaluate() {
+Trainer::Evaluation Trainer::evaluate() {
   const std::size_t E = std::size_t(options_.eval_windows), R = std::size_t(world_.size());
   const auto [begin, end] = rank_windows(E, R, std::size_t(world_.rank()));
   const std::size_t W = std::size_t(options_.model.seq + 1);
-  std::vector<std::int32_t> windows((end - begin) * W);
-  for (std::size_t i = begin; i < end; ++i) data_->val_window(i, E, windows.data() + (i - begin) * W);
-  // Every rank calls loss_sum, windows or not: from ZeRO-3 on it gathers the weights.
-  const double local = engine_->loss_sum(windows.data(), end - begin);
+  const std::size_t round = local_windows_;                          // --batch / ranks, the same on every rank
+  const std::size_t rounds = ((E + R - 1) / R + round - 1) / round;  // for the rank with the most windows
+  double local = 0;
+  for (std::size_t k = 0; k < rounds; ++k) {
+    const std::size_t from = std::min(end, begin + k * round), to = std::min(end, from + round);
+    for (std::size_t i = from; i < to; ++i) data_->val_window(i, E, windows_.data() + (i - from) * W);
+    // Every rank calls loss_sum, windows or not: from ZeRO-3 on it gathers the weights.
+    local += engine_->loss_sum(windows_.data(), to - from);
+    if (k + 1 == rounds) break;
+    if (const int stop = agreed_stop_signal(); stop != 0) return {.loss = std::nullopt, .stop_signal = stop};
+  }
   double total = 0;
   engine_->run_on_comm_executor([&] { total = world_.sum_in_rank_order(local); }, "the sum of the validation loss");
-  return total / double(E * std::size_t(options_.model.seq));
+  return {.loss = total / double(E * std::size_t(options_.model.seq))};
+}
+
+int Trainer::agreed_stop_signal() {
+  int signal = 0;
+  engine_->run_on_comm_executor([&] { signal = int(world_.max_over_ranks({double(stop_signal_received())})[0]); },
+                                "the exchange of stop requests");
+  return signal;
 }
 
 void Trainer::check_weights_agree(int step) {
@@ -265,11 +286,7 @@ int Trainer::run() {
   timeline.record(!options_.trace.empty());
   world_.barrier();
   timeline.reset_origin();  // one origin for every rank's events
-  int setup_stop = 0;
-  engine_->run_on_comm_executor(
-      [&] { setup_stop = int(world_.max_over_ranks({double(stop_signal_received())})[0]); },
-      "the exchange of stop requests");
-  if (setup_stop != 0) {
+  if (const int setup_stop = agreed_stop_signal(); setup_stop != 0) {
     complain(fmt::format("dptrain: stopped by {} during set-up, before step {}; nothing trained, nothing saved",
                          stop_signal_name(setup_stop), first_step_ + 1));
     return 128 + setup_stop;
@@ -327,12 +344,14 @@ int Trainer::run() {
         },
         "the exchange of entry times, step times and stop requests");
     if (const auto choice = overlap_choice_.record(index, slowest_seconds)) say(*choice);
+    // A skipped step's collectives stay out of the summary's table, as its times stay out of the per-step means.
+    CollectiveTable skipped_collectives;
     const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(), link_.link,
-                                            totals.collectives);
-    const std::string skipped = result.finite
-                                    ? std::string()
-                                    : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite",
-                                                  step + 1, result.loss, result.grad_norm);
+                                            result.finite ? totals.collectives : skipped_collectives);
+    const std::string skipped =
+        result.finite ? std::string()
+                      : fmt::format("dptrain: step {}: loss {} and gradient norm {} are not finite", step + 1,
+                                    unsigned_nan(result.loss), unsigned_nan(result.grad_norm));
     skipped_in_a_row = result.finite ? 0 : skipped_in_a_row + 1;
     if (!result.finite && (!options_.skip_nonfinite || skipped_in_a_row >= options_.max_skipped)) {
       // The step took no update: its checkpoint holds the weights of the last finite step.
@@ -346,8 +365,14 @@ int Trainer::run() {
     if (result.finite) totals.add_step(seconds, result, comm);
     const bool last = step + 1 == options_.steps;
     std::optional<double> val_loss;
-    if (last || (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0))
-      totals.last_val = *(val_loss = evaluate());
+    bool evaluation_cut = false;  // a stop signal ended this step's evaluation early: the run stops, also if last
+    if (last || (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0)) {
+      const Evaluation evaluation = evaluate();
+      if (evaluation.loss)
+        totals.last_val = val_loss = evaluation.loss;
+      else
+        stop_signal = evaluation.stop_signal, evaluation_cut = true;
+    }
     if (last || (options_.check_every > 0 && (step + 1) % options_.check_every == 0)) check_weights_agree(step + 1);
 
     if (result.finite) {
@@ -363,18 +388,18 @@ int Trainer::run() {
       return stop_non_finite(step + 1, "a non-finite validation loss",
                              fmt::format("dptrain: step {}: validation loss {} is not finite; stopping (use "
                                          "--skip-nonfinite to go on)",
-                                         step + 1, *val_loss));
+                                         step + 1, unsigned_nan(*val_loss)));
     }
     const bool save_due = last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0);
-    if (!options_.save.empty() && (save_due || (stop_signal != 0 && !last))) save(step + 1);
+    if (!options_.save.empty() && (save_due || stop_signal != 0)) save(step + 1);
     transport_.collectives->log().take();  // evaluation, checks and checkpoints are not part of a step
-    if (stop_signal != 0 && !last) {
+    if (stop_signal != 0 && (!last || evaluation_cut)) {
       finish(shape, totals, stop_signal_name(stop_signal));
-      complain(fmt::format(
-          "dptrain: stopped by {} after step {} of {}; {}", stop_signal_name(stop_signal), step + 1, options_.steps,
-          options_.save.empty()
-              ? std::string("nothing saved (no --save)")
-              : fmt::format("checkpoint saved in '{}' (continue with --resume {})", options_.save, options_.save)));
+      complain(fmt::format("dptrain: stopped by {} after step {} of {}{}; {}", stop_signal_name(stop_signal),
+                           step + 1, options_.steps, evaluation_cut ? " (its validation loss cut short)" : "",
+                           options_.save.empty() ? std::string("nothing saved (no --save)")
+                                                 : fmt::format("checkpoint saved in '{}' (continue with --resume {})",
+                                                               options_.save, options_.save)));
       return 128 + stop_signal;
     }
   }

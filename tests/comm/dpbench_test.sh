@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # dpbench end to end: every operation and dtype at 3 ranks (unequal chunks) with -c 1 must report 0 wrong
 # elements in every JSON row; bad input must print one `dpbench: ...` line and exit 2 without hanging.
-# Usage: dpbench_test.sh DPBENCH MPIEXEC
+# Usage: dpbench_test.sh DPBENCH MPIEXEC CORRUPT_ALLREDUCE_SHIM
 set -euo pipefail
 dpbench=$1
 mpiexec=$2
+shim=$3
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -19,6 +20,32 @@ for op in allreduce reduce_scatter all_gather sendrecv; do
       { echo "FAIL $op $dtype:"; cat "$out/$op-$dtype.txt"; exit 1; }
   done
 done
+
+# The check is on by default (as nccl-tests' -c 1), each table ends with nccl-tests' two lines, and wrong results
+# are found: with MPI's fp32 sums corrupted (element 1 of every result off by 1 on each of the 3 ranks: 3 wrong
+# elements per native row of 2 or more elements, none in the 1-element row of 4 bytes), the native rows count them,
+# the ring's (point-to-point) count none, and every rank exits 1 with one line.
+"$mpiexec" -n 3 --oversubscribe "$dpbench" --op allreduce -d fp32 -b 4 -e 64 -f 4 -n 1 -w 0 --json "$out/ok.json" \
+  > "$out/ok.txt"
+jq -e 'all(.[]; .wrong == 0)' "$out/ok.json" > /dev/null || { echo "FAIL default check:"; cat "$out/ok.txt"; exit 1; }
+grep -qx '# Out of bounds values : 0 OK' "$out/ok.txt" || { echo "FAIL footer:"; cat "$out/ok.txt"; exit 1; }
+grep -qE '^# Avg bus bandwidth    : ring [0-9.]+, tree [0-9.]+, native [0-9.]+ GB/s$' "$out/ok.txt" ||
+  { echo "FAIL footer:"; cat "$out/ok.txt"; exit 1; }
+status=0
+timeout 60 "$mpiexec" -n 3 --oversubscribe -x LD_PRELOAD="$shim" "$dpbench" --op allreduce -d fp32 -b 4 -e 64 -f 4 \
+  -n 1 -w 0 --json "$out/wrong.json" > "$out/wrong.txt" 2> "$out/wrong.err" || status=$?
+[[ $status == 1 ]] || { echo "FAIL corrupted sums: exit $status, expected 1"; cat "$out/wrong.txt" "$out/wrong.err"; exit 1; }
+[[ $(jq -c '[.[] | select(.algo == "native") | .wrong]' "$out/wrong.json") == "[0,3,3]" ]] &&
+  [[ $(jq -c '[.[] | select(.algo != "native") | .wrong] | add' "$out/wrong.json") == 0 ]] ||
+  { echo "FAIL corrupted sums:"; cat "$out/wrong.txt"; exit 1; }
+grep -qx '# Out of bounds values : 6 FAILED' "$out/wrong.txt" || { echo "FAIL footer:"; cat "$out/wrong.txt"; exit 1; }
+grep -qxF 'dpbench: 6 wrong element(s) in 2 of 9 rows (-c 1): the collectives'"'"' results are wrong' "$out/wrong.err" ||
+  { echo "FAIL corrupted sums:"; cat "$out/wrong.err"; exit 1; }
+
+# -i: sizes in steps of a fixed increment, -e included where the steps reach it.
+"$mpiexec" -n 2 --oversubscribe "$dpbench" --op allreduce -a ring -b 1K -e 4K -i 1K -n 1 -w 0 --json "$out/i.json" \
+  > /dev/null
+[[ $(jq -c '[.[].size]' "$out/i.json") == "[1024,2048,3072,4096]" ]] || { echo "FAIL -i:"; cat "$out/i.json"; exit 1; }
 
 # Reduce-scatter rounds sizes up to whole chunks: 2, 4 and 8 bytes at 3 ranks are 3, 3 and 6 elements, two rows.
 "$mpiexec" -n 3 --oversubscribe "$dpbench" --op reduce_scatter -b 2 -e 8 -n 1 -w 0 --algo ring --json "$out/rs.json" \
@@ -49,6 +76,8 @@ check_bad_input "--op: unknown operation 'reduce' (expected allreduce, reduce_sc
 check_bad_input "-b 1M is larger than -e 1K" -b 1M -e 1K
 check_bad_input "--stepfactor: expected a whole number from 2 to 2147483647, got 1" -f 1
 check_bad_input "--iters: 99999999999 is out of range (expected a whole number from 1 to 2147483647)" -n 99999999999
+check_bad_input "-i and -f: give one (a size increment or a size factor)" -i 1K -f 4
+check_bad_input "-i: size must be at least 1 byte, got '0'" -i 0
 # Ranks started with different arguments (MPMD): refused on every rank before anything is parsed or run, rather
 # than one rank failing its parse while the other waits in a collective.
 status=0
@@ -96,6 +125,9 @@ check_bad_input "--schedule sends nothing, so --json has no measurement to write
 # --fit: what makes a fit impossible is refused before the sweep, on every rank, and nothing is written.
 check_bad_input "--fit: the sweep has one message size (1024 bytes); a fit needs two or more" -b 1K -e 1K \
   --fit "$out/link.json"
+# check_bad_input runs 2 ranks: 2 and 4 bytes of bf16 are 1 and 2 elements, both one chunk of 2 once rounded.
+check_bad_input "--fit: the sweep's sizes are one row once reduce_scatter rounds them up to whole chunks of 2 \
+elements; a fit needs two or more (raise -e)" -o reduce_scatter -b 2 -e 4 --fit "$out/link.json"
 check_bad_input "--fit: cannot write '$out/missing/link.json': No such file or directory" -b 1K -e 4K \
   --fit "$out/missing/link.json"
 check_bad_input "--fit: the α–β model has a formula for the tree's all-reduce only, not for its all_gather; fit the \

@@ -76,8 +76,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--val-fraction -inf", "--val-fraction: must be a finite number, got -inf"},
       // Too large for memory: refused with the estimate before anything is allocated.
       {"--width 65536 --layers 1024 --heads 1", "TiB of memory per rank"},
-      {"--batch 2000000000", "of activations for --batch 2000000000"},
-      {"--eval-windows 2000000000", "of token windows for --batch and --eval-windows 2000000000"},
+      {"--batch 2000000000", "of token windows for --batch 2000000000"},
       {"--config " + (dir_ / "bad.toml"), "--config: unknown key 'bogus' (keys are the long flag names without their "
                                            "dashes, e.g. `layers = 4`)"},
       {"--config " + (dir_ / "underscore.toml"), "--config: unknown key 'min_lr' (keys are the long flag names "

@@ -48,6 +48,10 @@ struct CollectiveCost {
 
 AlphaBetaTerms collective_terms(Collective kind, int ranks, double bytes);
 CollectiveCost collective_cost(Collective kind, int ranks, double bytes, const Link& link);
+// The bytes each rank sends (the table's last column). The tree's are its root's (rank 0, the rank whose figures
+// dptrain reports): 2M from 3 ranks on (the table's), M at 2 ranks; an inner rank sends 3M and a leaf M
+// (docs/collectives.md, "Bytes each rank sends").
+double wire_bytes(Collective kind, int ranks, double bytes);
 
 // ⌈log2 p⌉ for p ≥ 1 (0 for one rank).
 int ceil_log2(int ranks);

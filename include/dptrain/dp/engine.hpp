@@ -147,6 +147,9 @@ class DataParallelEngine {
   // This rank's optimizer state (for checkpoints), downloaded from and uploaded to the device.
   const std::vector<OptimizerPiece>& optimizer_pieces() const { return optimizer_pieces_; }
   OptimizerState optimizer_state() const;
+  // The pieces' elements only, one piece after another in launch order, without the padding between them: what a
+  // checkpoint writes, downloaded without a copy of the whole state.
+  OptimizerState packed_optimizer_state() const;
   void set_optimizer_state(const OptimizerState& state);
   // After the weights or optimizer state were replaced (checkpoint), at optimizer step `step`.
   void restored(int step);

@@ -29,6 +29,9 @@ struct Unit {
   FlatRange owned(int rank) const;
 };
 
+// --bucket-mb as the bytes UnitPlan takes.
+inline std::size_t bucket_bytes(double bucket_mb) { return std::size_t(bucket_mb * double(std::size_t{1} << 20)); }
+
 class UnitPlan {
  public:
   // bucket_bytes = 0: one unit per block. Otherwise consecutive blocks share a unit while its gradient, at
@@ -39,6 +42,7 @@ class UnitPlan {
   int world() const { return world_; }
   std::size_t padded_total() const { return padded_total_; }  // Σ padded: a full padded buffer
   std::size_t shard_total() const { return shard_total_; }    // Σ slice: one rank's shard
+  std::size_t largest_padded() const;                         // the largest unit's padded elements
 
   // The unit holding flat element `offset`.
   std::size_t unit_of(std::size_t offset) const;

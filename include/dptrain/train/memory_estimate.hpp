@@ -13,7 +13,7 @@ struct RunMemoryEstimate {
   double parameters = 0;
   double model_state_bytes = 0;  // ZeRO weights, gradients and optimizer state, plus the compute copies
   double activation_bytes = 0;   // the activation arena for one micro-step's windows
-  double window_bytes = 0;       // the batch's and the evaluation's token windows on the host
+  double window_bytes = 0;       // the batch's token windows on the host (the evaluation's reuse them)
   double total() const { return model_state_bytes + activation_bytes + window_bytes; }
 };
 

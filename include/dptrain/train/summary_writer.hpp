@@ -5,6 +5,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,8 @@ struct RunTotals {
   double comm = 0, comm_model = 0, exposed = 0, exposed_model = 0;  // seconds
   double transfer = 0, skew = 0;                                    // comm = transfer + skew
   std::uint64_t bytes_sent = 0;
-  double last_loss = NAN, last_val = NAN;
+  double last_loss = NAN;
+  std::optional<double> last_val;  // the last validation loss, when one was computed
   CollectiveTable collectives;  // filled by account_step_comm
 
   void add_step(double step_seconds, const StepResult& result, const StepComm& comm);

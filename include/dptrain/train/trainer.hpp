@@ -2,6 +2,7 @@
 // cross-rank weight checks and checkpoints.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "dptrain/comm/collectives.hpp"
@@ -47,7 +48,15 @@ class Trainer {
   int run();
 
  private:
-  double evaluate();
+  // The validation loss over --eval-windows fixed windows, in rounds of one step's share of windows per rank (the
+  // buffer windows_ again): between rounds the ranks agree whether a stop signal arrived, so that a long
+  // evaluation neither holds up a stop nor needs memory for all its windows at once. Collective.
+  struct Evaluation {
+    std::optional<double> loss;  // absent when a signal cut the evaluation short
+    int stop_signal = 0;         // that signal
+  };
+  Evaluation evaluate();
+  int agreed_stop_signal();  // collective: a stop signal any rank received (0: none), the same on every rank
   void check_weights_agree(int step);
   void fill_local_windows(int step);
   void say(const std::string& line) const;       // rank 0 prints
