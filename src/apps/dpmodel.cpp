@@ -20,6 +20,7 @@
 #include "dptrain/cost/report.hpp"
 #include "dptrain/model/config.hpp"
 #include "dptrain/train/cli_checks.hpp"
+#include "dptrain/train/link_model.hpp"
 #include "dptrain/train/option_table.hpp"
 #include "dptrain/train/options.hpp"
 
@@ -139,15 +140,15 @@ cost::ModelShape resolve_model(Options& options, std::string& label) {
     fail("unknown model '{}': expected {}, --config FILE, or --params N --layers L --width H --seq Q", name,
          preset_names(cost::model_presets()));
   }
-  require(!(options.layers || options.width || options.seq || options.heads || options.batch),
-          "--layers, --width, --seq, --heads and --batch describe a custom model: {}, or drop them to use the preset "
-          "{}",
+  require(!(options.layers || options.width || options.seq || options.heads),
+          "--layers, --width, --seq and --heads describe a custom model: {}, or drop them to use the preset {}",
           options.model ? "drop --model and add --params N, --vocab V or --config FILE"
                         : "add --params N, --vocab V or --config FILE",
           name);
   label = name;
   cost::ModelShape shape = preset->shape;
-  if (options.tokens) shape.tokens_per_step = *options.tokens;
+  // The preset's D, or the step's tokens: --tokens, or --batch sequences of the preset's Q.
+  if (options.tokens || options.batch) shape.tokens_per_step = tokens_per_step(options, int(shape.seq));
   return shape;
 }
 
@@ -234,8 +235,9 @@ void add_options(CLI::App& app, Options& o) {
   params->excludes(config)->excludes(vocab)->excludes(heads);
   app.add_option("--gpus", o.gpus, "GPU count, or a sweep: 2,4,8 or 2,4,8,...,1024")->capture_default_str();
   app.add_option("--link", o.link,
-                 "nvlink-h100, ib-400g, wan-100g, or alpha=5us,bw=450GB/s[,gamma=0.07ns/B] (γ: the reduction's "
-                 "cost per byte added)")->capture_default_str();
+                 "nvlink-h100, ib-400g, wan-100g, a link.json (as dpbench --fit writes: the calibrated link), or "
+                 "alpha=5us,bw=450GB/s[,gamma=0.07ns/B] (γ: the reduction's cost per byte added)")
+      ->capture_default_str();
   auto* device = app.add_option("--device", o.device, "h100, h200 or a100")->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops, "peak dense BF16 TFLOP/s per device")
       ->excludes(device)
@@ -254,7 +256,11 @@ int run(const Options& given) {
   cost::Scenario scenario;
   scenario.model = resolve_model(options, labels.model);
   scenario.peak_flops = resolve_peak_flops(options, labels.device);
-  scenario.link = cost::parse_link(options.link);
+  // The calibrated link is what dpbench --fit measured and wrote: dpmodel reads its file, as dptrain does.
+  require(options.link != "calibrated",
+          "--link calibrated: dpmodel measures nothing; give the link.json that `mpirun -np P dpbench ... --fit "
+          "link.json` writes (or alpha=..,bw=..)");
+  scenario.link = dptrain::link_from_spec(options.link).link;
   labels.link = options.link;
   const cost::LinkPreset* preset = cost::find_link_preset(options.link);
   labels.where = preset ? std::string(preset->where) : cost::describe(scenario.link);

@@ -3,8 +3,10 @@
 
 #include <sched.h>
 
+#include <charconv>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -27,6 +29,21 @@ static_assert(MpiTransport::kMaxPieceBytes <= static_cast<std::size_t>(INT_MAX))
 // The one tag of every message: matching is by source and posting order only.
 constexpr int kTag = 0;
 
+// DPTRAIN_MPI_SPIN_US overrides kSpinBeforeSleep (microseconds).
+std::chrono::microseconds spin_before_sleep() {
+  static const std::chrono::microseconds spin = [] {
+    const char* value = std::getenv("DPTRAIN_MPI_SPIN_US");
+    if (value == nullptr) return MpiTransport::kSpinBeforeSleep;
+    long microseconds = -1;
+    const char* end = value + std::strlen(value);
+    const auto [at, error] = std::from_chars(value, end, microseconds);
+    require(error == std::errc() && at == end && microseconds >= 0 && microseconds <= 10'000'000,
+            "DPTRAIN_MPI_SPIN_US is '{}': expected whole microseconds from 0 to 10000000", value);
+    return std::chrono::microseconds(microseconds);
+  }();
+  return spin;
+}
+
 }  // namespace
 
 MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_piece_bytes) : max_piece_bytes_(max_piece_bytes) {
@@ -35,6 +52,7 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_piece_bytes) : max_pie
   check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   wait_policy_ = wait_policy_from_environment();
+  spin_before_sleep();  // read and checked here, in the set-up, rather than first inside a collective
 }
 
 MpiTransport::WaitPolicy MpiTransport::wait_policy_from_environment() {
@@ -42,16 +60,7 @@ MpiTransport::WaitPolicy MpiTransport::wait_policy_from_environment() {
   if (value == nullptr || std::string(value) == "sleep") return WaitPolicy::sleep;
   if (std::string(value) == "spin") return WaitPolicy::spin;
   if (std::string(value) == "yield") return WaitPolicy::yield;
-  throw std::invalid_argument(std::string("DPTRAIN_MPI_WAIT is '") + value + "'; spin, yield or sleep expected");
-}
-
-// DPTRAIN_MPI_SPIN_US overrides kSpinBeforeSleep (microseconds).
-static std::chrono::microseconds spin_before_sleep() {
-  static const std::chrono::microseconds spin = [] {
-    const char* value = std::getenv("DPTRAIN_MPI_SPIN_US");
-    return value ? std::chrono::microseconds(std::atol(value)) : MpiTransport::kSpinBeforeSleep;
-  }();
-  return spin;
+  fail("DPTRAIN_MPI_WAIT is '{}': expected spin, yield or sleep (or leave it unset: sleep)", value);
 }
 
 // Every request of `pieces` complete, waiting as the policy says. Each MPI_Testsome also progresses MPI (moves

@@ -28,8 +28,11 @@ const Unit& unit_for(double value, std::span<const Unit> units) {
   return units.back();
 }
 
+// A value of a billion units or more (a step of 1e290 s for a near-zero η) in exponent form, not in 300 digits.
 std::string format_in(double value, const Unit& unit) {
-  return fmt::format("{:.{}f} {}", value / unit.factor, unit.decimals, unit.name);
+  const double scaled = value / unit.factor;
+  if (std::abs(scaled) >= 1e9) return fmt::format("{:.3e} {}", scaled, unit.name);
+  return fmt::format("{:.{}f} {}", scaled, unit.decimals, unit.name);
 }
 
 std::string format_with_units(double value, std::span<const Unit> units) {
@@ -52,9 +55,10 @@ std::vector<std::string> format_bytes_in_one_unit(std::span<const double> bytes)
   double smallest = 0;
   for (double b : bytes)
     if (b != 0 && (smallest == 0 || std::abs(b) < smallest)) smallest = std::abs(b);
-  const Unit& unit = unit_for(smallest == 0 ? kByteUnits[0].factor : smallest, kByteUnits);
+  const Unit& unit = unit_for(smallest == 0 ? 1.0 : smallest, kByteUnits);  // all zero: bytes
   std::vector<std::string> texts;
-  for (double b : bytes) texts.push_back(format_in(b, unit));
+  // An exact zero (nothing sent on one GPU) as "0 GB", not a rounded-looking "0.00 GB".
+  for (double b : bytes) texts.push_back(b == 0 ? fmt::format("0 {}", unit.name) : format_in(b, unit));
   return texts;
 }
 

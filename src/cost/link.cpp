@@ -124,7 +124,8 @@ Link parse_link(std::string_view text) {
   if (text.find('=') == std::string_view::npos) {
     std::string names;
     for (const LinkPreset& preset : kLinkPresets) names += fmt::format("{}{}", names.empty() ? "" : ", ", preset.name);
-    fail("unknown link '{}': expected a preset ({}) or {}", text, names, kSpecSyntax);
+    fail("unknown link '{}': expected a preset ({}), a link.json file (as dpbench --fit writes) or {}", text, names,
+         kSpecSyntax);
   }
   return parse_link_spec(text);
 }

@@ -56,15 +56,23 @@ std::string suggested_key(std::string key) {
   return best;
 }
 
-// CLI11's "INI was not able to parse min_lr" as one line naming the key and what it may have meant.
-std::string config_error_line(const std::string& what) {
-  constexpr std::string_view kUnknownKey = "INI was not able to parse ";
-  if (!what.starts_with(kUnknownKey))
-    return fmt::format("--config: {} (keys are the long flag names, e.g. `layers = 4`)", what);
-  const std::string key = what.substr(kUnknownKey.size()), suggestion = suggested_key(key);
-  return fmt::format("--config: unknown key '{}' (keys are the long flag names without their dashes, e.g. `layers = "
-                     "4`{})",
-                     key, suggestion.empty() ? "" : fmt::format("; did you mean `{}`?", suggestion));
+// CLI11's "INI was not able to parse min_lr" and "config: This option is not allowed in a configuration file" as
+// one line naming the file, the key, its line and, for an unknown key, what it may have meant.
+std::string config_error_line(const std::string& what, const TomlConfig& config) {
+  const auto where = [&](const std::string& key) {
+    const std::size_t line = config.line_of(key);
+    return fmt::format("--config {}: key '{}'{}", config.path(), key,
+                       line > 0 ? fmt::format(" (line {})", line) : std::string());
+  };
+  constexpr std::string_view kUnknownKey = "INI was not able to parse ", kNotAllowed = ": This option is not allowed";
+  if (what.starts_with(kUnknownKey)) {
+    const std::string key = what.substr(kUnknownKey.size()), suggestion = suggested_key(key);
+    return fmt::format("{} is unknown (keys are the long flag names without their dashes, e.g. `layers = 4`{})",
+                       where(key), suggestion.empty() ? "" : fmt::format("; did you mean `{}`?", suggestion));
+  }
+  if (const auto at = what.find(kNotAllowed); at != std::string::npos)
+    return fmt::format("{} is a flag of the command line only, not of a config file", where(what.substr(0, at)));
+  return fmt::format("--config {}: {} (keys are the long flag names, e.g. `layers = 4`)", config.path(), what);
 }
 
 // CLI11's "The following arguments were not expected: 3 --stepz" (its order reversed) as one line naming the first
@@ -112,11 +120,14 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   for (const TrainOption& option : train_option_table()) option.add_to_parser(app, o);
 
   // The file CLI11 reads (the last --config; more than one is refused below) is read by toml++, which knows TOML.
+  std::shared_ptr<TomlConfig> config;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if ((arg == "--config" && i + 1 < argc) || arg.starts_with("--config="))
-      app.config_formatter(std::make_shared<TomlConfig>(arg == "--config" ? argv[i + 1] : std::string(arg.substr(9)),
-                                                        config_value_kind));
+    if ((arg == "--config" && i + 1 < argc) || arg.starts_with("--config=")) {
+      config = std::make_shared<TomlConfig>(arg == "--config" ? argv[i + 1] : std::string(arg.substr(9)),
+                                            config_value_kind);
+      app.config_formatter(config);
+    }
   }
   try {
     app.parse(argc, argv);
@@ -124,7 +135,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
     if (print_help) std::cout << app.help();
     return std::nullopt;
   } catch (const CLI::ConfigError& e) {
-    fail("{}", config_error_line(e.what()));
+    fail("{}", config ? config_error_line(e.what(), *config) : std::string(e.what()));
   } catch (const CLI::FileError& e) {  // the file --config names
     fail("--config: {} (expected a TOML file of flat keys, e.g. configs/small.toml)", e.what());
   } catch (const CLI::ExtrasError& e) {

@@ -86,16 +86,19 @@ RunSummary run_summary(const SummaryInputs& in) {
     return cost::zero_bytes_sent_per_accumulated_step(o.zero, n, run.ranks, o.grad_accum, grad_bytes);
   };
   const nlohmann::json bytes_sent = {{"measured", double(t.bytes_sent) * per_step},
+                                     {"measured_max_rank", in.bytes_sent_largest},
                                      {"modelled", bytes_formula(params)},
                                      {"modelled_padded", bytes_formula(double(in.plan.padded_total()))}};
+  const std::string measured = fmt::format(
+      "dptrain | bytes sent per step and rank: {:.0f} measured{}", double(bytes_sent["measured"]),
+      in.bytes_sent_largest > double(bytes_sent["measured"])
+          ? fmt::format(" (rank 0; {:.0f} by the rank that sent the most)", in.bytes_sent_largest)
+          : std::string());
   if (bytes_sent["modelled"].is_null())
-    lines.push_back(fmt::format("dptrain | bytes sent per step and rank: {:.0f} measured (the model has no formula "
-                                "for the tree's reduce-scatter and all-gather)",
-                                double(bytes_sent["measured"])));
+    lines.push_back(measured + " (the model has no formula for the tree's reduce-scatter and all-gather)");
   else
-    lines.push_back(fmt::format(
-        "dptrain | bytes sent per step and rank: {:.0f} measured, {:.0f} modelled ({:.0f} with the units' padding)",
-        double(bytes_sent["measured"]), double(bytes_sent["modelled"]), double(bytes_sent["modelled_padded"])));
+    lines.push_back(fmt::format("{}, {:.0f} modelled ({:.0f} with the units' padding)", measured,
+                                double(bytes_sent["modelled"]), double(bytes_sent["modelled_padded"])));
   const nlohmann::json memory = memory_report(in.memory_mine, in.memory_largest,
                                               cost::zero_memory_per_rank(o.zero, params, run.ranks, grad_bytes));
   for (const std::string& line : memory_table(memory)) lines.push_back(line);

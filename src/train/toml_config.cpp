@@ -52,13 +52,17 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
          e.source().begin.column, what);
   }
   std::vector<CLI::ConfigItem> items;
+  lines_.clear();
   for (const auto& [toml_key, node] : table) {
     const std::string key(toml_key.str());
+    const std::size_t line = toml_key.source().begin.line;
+    lines_[key] = line;
     if (node.is_table())
-      fail("--config {}: '{}' is a table; the config holds flat keys, one value each (e.g. `layers = 4`)", path_,
-           key);
+      fail("--config {}: '{}' (line {}) is a table; the config holds flat keys, one value each (e.g. `layers = 4`)",
+           path_, key, line);
     if (node.is_array())
-      fail("--config {}: key '{}' is an array ({}); give it one value (e.g. `layers = 4`)", path_, key, shown(node));
+      fail("--config {}: key '{}' (line {}) is an array ({}); give it one value (e.g. `layers = 4`)", path_, key,
+           line, shown(node));
     // The value as the text CLI11 converts, and its kind (an integer is a number too).
     std::string text;
     ValueKind given = ValueKind::text;
@@ -74,17 +78,23 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
       text = b->get() ? "true" : "false";
       given = ValueKind::boolean;
     } else {
-      fail("--config {}: key '{}' is a date or time ({}); no option takes one", path_, key, shown(node));
+      fail("--config {}: key '{}' (line {}) is a date or time ({}); no option takes one", path_, key, line,
+           shown(node));
     }
     const std::optional<ValueKind> kind = kind_of_(key);
     if (kind && *kind != given && !(*kind == ValueKind::number && given == ValueKind::whole_number))
-      fail("--config {}: key '{}' is {}; expected {}", path_, key, shown(node), kind_name(*kind));
+      fail("--config {}: key '{}' (line {}) is {}; expected {}", path_, key, line, shown(node), kind_name(*kind));
     CLI::ConfigItem item;
     item.name = key;
     item.inputs = {text};
     items.push_back(std::move(item));
   }
   return items;
+}
+
+std::size_t TomlConfig::line_of(const std::string& key) const {
+  const auto it = lines_.find(key);
+  return it == lines_.end() ? 0 : it->second;
 }
 
 }  // namespace dptrain

@@ -426,10 +426,14 @@ bool Trainer::finish(RunShape& shape, const RunTotals& totals, const std::string
 }
 
 void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std::string& stopped) {
-  const std::vector<double> mine =
+  // The memory figures and, last, the bytes sent per step: this rank's and the maximum over ranks.
+  std::vector<double> mine =
       memory_figures(engine_->memory(), peak_resident_bytes(), double(backend_->device().memory_in_use()));
+  mine.push_back(totals.steps ? double(totals.bytes_sent) / totals.steps : 0.0);
   std::vector<double> largest;
   engine_->run_on_comm_executor([&] { largest = world_.max_over_ranks(mine); }, "the exchange of memory figures");
+  const double bytes_sent_largest = largest.back();
+  mine.pop_back(), largest.pop_back();
   RunSummary summary =
       run_summary({.options = options_,
                    .run = run,
@@ -439,6 +443,7 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std:
                    .link = link_,
                    .memory_mine = mine,
                    .memory_largest = largest,
+                   .bytes_sent_largest = bytes_sent_largest,
                    .first_step = first_step_,
                    .last_step = last_step_,
                    .threads = threads_,

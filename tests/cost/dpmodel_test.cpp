@@ -108,6 +108,38 @@ TEST(Dpmodel, PrintsGammaWhenTheLinkHasOne) {
   EXPECT_TRUE(contains(table.output, "γ = 0.01 ns/B")) << table.output;
 }
 
+// The calibrated link: the link.json that dpbench --fit writes (α, B and γ), read as dptrain reads it.
+TEST(Dpmodel, ReadsTheLinkFileDpbenchWrites) {
+  const std::filesystem::path file = std::filesystem::temp_directory_path() / "dpmodel-test-link.json";
+  {
+    std::ofstream(file) << R"({"alpha_s": 5e-06, "bandwidth_Bps": 450000000000.0, "gamma_s_per_byte": 1e-11,)"
+                        << R"( "note": "dpbench --fit, ring on 8 ranks"})";
+  }
+  const ProcessResult from_file = run_dpmodel("--model llama-7b --gpus 8 --link " + file.string() + " --json");
+  // γ as a rate: 1 / 100 GB/s is the double nearest 1e-11, as the file's number is.
+  const ProcessResult from_spec =
+      run_dpmodel("--model llama-7b --gpus 8 --link alpha=5us,bw=450GB/s,gamma=100GB/s --json");
+  std::filesystem::remove(file);
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
+  nlohmann::json a = nlohmann::json::parse(from_file.output), b = nlohmann::json::parse(from_spec.output);
+  a["link"].erase("name"), b["link"].erase("name");  // named as given: the file's path, the spec's text
+  EXPECT_EQ(a, b);
+  const ProcessResult calibrated = run_dpmodel("--model llama-7b --link calibrated");
+  EXPECT_EQ(calibrated.exit_code, 2) << calibrated.output;
+  EXPECT_TRUE(contains(calibrated.output, "dpmodel: --link calibrated: dpmodel measures nothing; give the link.json"))
+      << calibrated.output;
+}
+
+// A preset's D is its own, or --tokens, or --batch sequences of its Q (LLaMA 7B: Q = 4096).
+TEST(Dpmodel, APresetTakesTheBatchInSequencesOfItsLength) {
+  const ProcessResult batch = run_dpmodel("--model llama-7b --batch 512 --json");
+  const ProcessResult tokens = run_dpmodel("--model llama-7b --tokens 2097152 --json");
+  ASSERT_EQ(batch.exit_code, 0) << batch.output;
+  const nlohmann::json a = nlohmann::json::parse(batch.output), b = nlohmann::json::parse(tokens.output);
+  EXPECT_EQ(a["model"]["tokens_per_step"], 512 * 4096);
+  EXPECT_EQ(a, b);
+}
+
 TEST(Dpmodel, AnyModelFromFlags) {
   // Counts in scientific notation are whole numbers too.
   const ProcessResult run = run_dpmodel("--params 1e6 --layers 2 --width 64 --seq 32 --tokens 4096 --gpus 2 "
@@ -153,8 +185,9 @@ TEST(Dpmodel, OverflowsAndRepeatsAreNamedAsGiven) {
            {"--params 1e9 --layers abc --width 64 --seq 64 --tokens 10",
             "--layers: expected a whole number, got 'abc'"},
            {"--model llama-7b --layers 64",
-            "--layers, --width, --seq, --heads and --batch describe a custom model: drop --model and add --params N, "
-            "--vocab V or --config FILE, or drop them to use the preset llama-7b"},
+            "--layers, --width, --seq and --heads describe a custom model: drop --model and add --params N, --vocab "
+            "V "
+            "or --config FILE, or drop them to use the preset llama-7b"},
            {"--link alpha=1us,bw=1e300TB/s", "link bandwidth B = inf B/s must be finite and positive"},
            {custom + "--seq 16 --batch 9000000000000000000",
             "--batch 9000000000000000000 × seq 16 tokens per step is beyond 9e+18: give a smaller batch"},
@@ -169,8 +202,9 @@ TEST(Dpmodel, OverflowsAndRepeatsAreNamedAsGiven) {
                                               ": not valid TOML at line 6, column 7: cannot redefine existing "
                                               "integer 'seq'"},
            {"--config " + unknown.string(),
-            "--config: unknown key 'lyers' (keys are the long flag names without their dashes, e.g. `layers = 4`; "
-            "did you mean `layers`?)"}}) {
+            "--config " + unknown.string() +
+                ": key 'lyers' (line 3) is unknown (keys are the long flag names without their dashes, e.g. "
+                "`layers = 4`; did you mean `layers`?)"}}) {
     const ProcessResult run = run_dpmodel(arguments);
     EXPECT_EQ(run.exit_code, 2) << arguments << "\n" << run.output;
     EXPECT_EQ(run.output, "dpmodel: " + line + "\n") << arguments;

@@ -28,12 +28,17 @@ TEST(Format, Bytes) {
   EXPECT_EQ(format_bytes(512e3), "512.00 KB");
   EXPECT_EQ(format_bytes(6.5e6), "6.50 MB");
   const double table[] = {210.57e6, 25.27e9, 0};
-  EXPECT_EQ(format_bytes_in_one_unit(table), (std::vector<std::string>{"210.57 MB", "25270.00 MB", "0.00 MB"}));
+  EXPECT_EQ(format_bytes_in_one_unit(table), (std::vector<std::string>{"210.57 MB", "25270.00 MB", "0 MB"}));
   const double reference[] = {1'684'537'344, 107'810'390'016};
   EXPECT_EQ(format_bytes_in_one_unit(reference), (std::vector<std::string>{"1.68 GB", "107.81 GB"}));
   const double zeros[] = {0, 0};
-  EXPECT_EQ(format_bytes_in_one_unit(zeros), (std::vector<std::string>{"0.00 GB", "0.00 GB"}));
+  EXPECT_EQ(format_bytes_in_one_unit(zeros), (std::vector<std::string>{"0 B", "0 B"}));
   EXPECT_EQ(format_bytes(12), "12 B");
+  // A billion of the largest unit or more: exponent form (a near-zero η makes steps of 1e290 s).
+  EXPECT_EQ(format_seconds(1e290), "1.000e+290 s");
+  EXPECT_EQ(format_seconds(999'999'999), "999999999.00 s");
+  const double huge[] = {2, 13'476'298'752};
+  EXPECT_EQ(format_bytes_in_one_unit(huge), (std::vector<std::string>{"2 B", "1.348e+10 B"}));
   EXPECT_EQ(format_bytes(0), "0 B");
 }
 

@@ -32,6 +32,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   testing::write_text(dir_ / "bad.toml", "layers = 2\nbogus = 3\n");
   testing::write_text(dir_ / "underscore.toml", "min_lr = 0.0001\n");
   testing::write_text(dir_ / "typo.toml", "lyaers = 2\n");
+  testing::write_text(dir_ / "nested.toml", "layers = 2\nconfig = \"b.toml\"\n");
   testing::write_text(dir_ / "badshard.bin", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
   testing::write_text(dir_ / "blob.raw", std::string("\x01\x02\x03\x04", 4) + std::string(1020, '\0'));
   std::filesystem::create_directories(dir_ / "loop/inner");
@@ -77,12 +78,17 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       // Too large for memory: refused with the estimate before anything is allocated.
       {"--width 65536 --layers 1024 --heads 1", "TiB of memory per rank"},
       {"--batch 2000000000", "of token windows for --batch 2000000000"},
-      {"--config " + (dir_ / "bad.toml"), "--config: unknown key 'bogus' (keys are the long flag names without their "
-                                           "dashes, e.g. `layers = 4`)"},
-      {"--config " + (dir_ / "underscore.toml"), "--config: unknown key 'min_lr' (keys are the long flag names "
-                                                 "without their dashes, e.g. `layers = 4`; did you mean `min-lr`?)"},
-      {"--config " + (dir_ / "typo.toml"), "unknown key 'lyaers' (keys are the long flag names without their "
-                                           "dashes, e.g. `layers = 4`; did you mean `layers`?)"},
+      {"--config " + (dir_ / "bad.toml"), "--config " + (dir_ / "bad.toml") +
+                                              ": key 'bogus' (line 2) is unknown (keys are the long flag names "
+                                              "without their dashes, e.g. `layers = 4`)"},
+      {"--config " + (dir_ / "underscore.toml"),
+       "key 'min_lr' (line 1) is unknown (keys are the long flag names without their dashes, e.g. `layers = 4`; did "
+       "you mean `min-lr`?)"},
+      {"--config " + (dir_ / "typo.toml"), "key 'lyaers' (line 1) is unknown (keys are the long flag names without "
+                                           "their dashes, e.g. `layers = 4`; did you mean `layers`?)"},
+      {"--config " + (dir_ / "nested.toml"), "--config " + (dir_ / "nested.toml") +
+                                                 ": key 'config' (line 2) is a flag of the command line only, not of "
+                                                 "a config file"},
       {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
       {"--trace " + (dir_ / "nowhere/trace.json"),
        "--trace: cannot write '" + (dir_ / "nowhere/trace.json") + "': No such file or directory"},
@@ -141,7 +147,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   }
   // The config is TOML, read by toml++: a key given twice (apart or on consecutive lines), an array (one value or
   // none), a table, a value of the wrong type for its option and a line that is not TOML are refused in one line
-  // naming the file and the key; TOML's own numbers (1_000, 0x10, 1e-3) are read as TOML defines them.
+  // naming the file, the key and its line; TOML's own numbers (1_000, 0x10, 1e-3) are read as TOML defines them.
   const std::string tiny = "vocab = 256\nseq = 16\nwidth = 32\nheads = 2\n";
   const struct {
     std::string name, text, line;
@@ -150,15 +156,15 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
        "not valid TOML at line 4, column 10: cannot redefine existing integer 'layers'"},
       {"adjacent.toml", "layers = 2\nlayers = 3\n", "not valid TOML at line 2, column 10: cannot redefine existing"},
       {"array.toml", "layers = 2\ngrad-accum = [2, 4]\n",
-       "key 'grad-accum' is an array ([ 2, 4 ]); give it one value (e.g. `layers = 4`)"},
-      {"one-array.toml", "steps = [3]\n", "key 'steps' is an array ([ 3 ]); give it one value"},
-      {"empty-array.toml", "layers = []\n", "key 'layers' is an array ([]); give it one value"},
-      {"string.toml", "steps = \"3\"\n", "key 'steps' is \"3\"; expected a whole number (e.g. 4)"},
-      {"float.toml", "steps = 3.5\n", "key 'steps' is 3.5; expected a whole number (e.g. 4)"},
-      {"bool.toml", "lr = true\n", "key 'lr' is true; expected a number (e.g. 0.001)"},
-      {"number.toml", "allreduce = 3\n", "key 'allreduce' is 3; expected a string in quotes (e.g. \"ring\")"},
-      {"table.toml", "[train]\nsteps = 3\n", "'train' is a table; the config holds flat keys, one value each"},
-      {"inline.toml", "opt = { lr = 1 }\n", "'opt' is a table; the config holds flat keys"},
+       "key 'grad-accum' (line 2) is an array ([ 2, 4 ]); give it one value (e.g. `layers = 4`)"},
+      {"one-array.toml", "steps = [3]\n", "key 'steps' (line 1) is an array ([ 3 ]); give it one value"},
+      {"empty-array.toml", "layers = []\n", "key 'layers' (line 1) is an array ([]); give it one value"},
+      {"string.toml", "steps = \"3\"\n", "key 'steps' (line 1) is \"3\"; expected a whole number (e.g. 4)"},
+      {"float.toml", "steps = 3.5\n", "key 'steps' (line 1) is 3.5; expected a whole number (e.g. 4)"},
+      {"bool.toml", "lr = true\n", "key 'lr' (line 1) is true; expected a number (e.g. 0.001)"},
+      {"number.toml", "allreduce = 3\n", "key 'allreduce' (line 1) is 3; expected a string in quotes (e.g. \"ring\")"},
+      {"table.toml", "[train]\nsteps = 3\n", "'train' (line 1) is a table; the config holds flat keys, one value each"},
+      {"inline.toml", "opt = { lr = 1 }\n", "'opt' (line 1) is a table; the config holds flat keys"},
       {"garbage.toml", "steps = 3 garbage\n", "not valid TOML at line 1, column 11: "},
   };
   for (const auto& config : configs) {
@@ -186,6 +192,16 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   EXPECT_NE(cpuinfo.output.find("dptrain: DPTRAIN_CPUINFO: cannot read '" + (dir_ / "missing-cpuinfo") + "'"),
             std::string::npos)
       << cpuinfo.output;
+  // The comm thread's wait, chosen by the environment: a value it does not know is bad input, not a failure.
+  for (const auto& [variable, line] :
+       {std::pair{"DPTRAIN_MPI_WAIT=busy",
+                  "dptrain: DPTRAIN_MPI_WAIT is 'busy': expected spin, yield or sleep (or leave it unset: sleep)"},
+        std::pair{"DPTRAIN_MPI_SPIN_US=1ms",
+                  "dptrain: DPTRAIN_MPI_SPIN_US is '1ms': expected whole microseconds from 0 to 10000000"}}) {
+    const auto wait = run_command(std::string("env ") + variable + " " + dptrain(""));
+    EXPECT_EQ(wait.exit_code, 2) << wait.output;
+    EXPECT_NE(wait.output.find(line), std::string::npos) << wait.output;
+  }
   // A shard with the right magic but a truncated body.
   testing::write_text(dir_ / "trunc.bin", std::string("\x88\xd8\x34\x01\x01\0\0\0\x10\0\0\0", 12) +
                                               std::string(1012, '\0') + std::string(6, '\0'));

@@ -106,9 +106,18 @@ TEST(RunSummary, LinesAndRecord) {
                                           {2, 2000, 2000, 4e-5, 5e-5, 3e-5, 1e-5}}}};
   const LinkSource link{{1e-5, 1e9}, "alpha=10us,bw=1GB/s"};
   const std::vector<double> memory = {1, 2, 3, 4, 5, 6, 7, 8};
-  const RunSummary summary = run_summary({.options = options, .run = kRun, .totals = totals, .plan = plan,
-                                          .parameters = layout.total(), .link = link, .memory_mine = memory,
-                                          .memory_largest = memory, .first_step = 10, .last_step = 30, .threads = 3,
+  const RunSummary summary = run_summary({.options = options,
+                                          .run = kRun,
+                                          .totals = totals,
+                                          .plan = plan,
+                                          .parameters = layout.total(),
+                                          .link = link,
+                                          .memory_mine = memory,
+                                          .memory_largest = memory,
+                                          .bytes_sent_largest = 68480,
+                                          .first_step = 10,
+                                          .last_step = 30,
+                                          .threads = 3,
                                           .overlap_choice = {{"mode", "on"}, {"overlap", true}},
                                           .cpu_gemm = nullptr,
                                           .attention = "gemm",
@@ -142,6 +151,7 @@ TEST(RunSummary, LinesAndRecord) {
   EXPECT_DOUBLE_EQ(r["transfer_ms"].get<double>(), 1.5);
   EXPECT_DOUBLE_EQ(r["skew_ms"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(r["bytes_sent_per_step"]["modelled_padded"].get<double>(), 68480.0);
+  EXPECT_DOUBLE_EQ(r["bytes_sent_per_step"]["measured_max_rank"].get<double>(), 68480.0);
   EXPECT_EQ(r["memory"]["optimizer"]["measured"], 3.0);
   EXPECT_EQ(r["threads_per_rank"], 3);
   EXPECT_EQ(r["link"]["source"], "alpha=10us,bw=1GB/s");

@@ -268,17 +268,20 @@ TEST_F(ZeroStages, TreeAndNativeMatchTheRingAtStagesTwoAndThree) {
 }
 
 // The tree's all-reduce (stage 0) sends, from rank 0, its root, the whole padded gradient to each of its children:
-// 2M from 3 ranks on (the systems model's figure), M at 2 ranks. For the tree's reduce-scatter and all-gather
+// 2M from 3 ranks on (the systems model's figure), M at 2 ranks; the rank that sends the most is an inner rank
+// with two children from 5 ranks on (M up, M to each child: 3M). For the tree's reduce-scatter and all-gather
 // (stages 1-3) the model has no formula, and the summary says so rather than print the ring's.
 TEST_F(ZeroStages, TheTreesBytesAreItsRootsAndOnlyItsAllReduceIsModelled) {
-  for (int ranks : {2, 3, 4}) {
+  for (int ranks : {2, 3, 4, 5}) {
     SCOPED_TRACE(fmt::format("{} ranks", ranks));
-    const RunResult r = run(ranks, "--grad-dtype fp32 --batch 12 --steps 2 --allreduce tree --zero 0", 2);
+    const RunResult r = run(ranks, "--grad-dtype fp32 --batch 60 --steps 2 --allreduce tree --zero 0", 2);
     const nlohmann::json& bytes = r.summary["bytes_sent_per_step"];
     double padded = 0;
     for (const auto& unit : r.summary["units"]) padded += unit["padded"].get<double>();
-    EXPECT_EQ(bytes["modelled_padded"].get<double>(), std::min(ranks - 1, 2) * 4 * padded);
+    const double M = 4 * padded;  // fp32
+    EXPECT_EQ(bytes["modelled_padded"].get<double>(), std::min(ranks - 1, 2) * M);
     EXPECT_EQ(bytes["measured"].get<double>(), bytes["modelled_padded"].get<double>());
+    EXPECT_EQ(bytes["measured_max_rank"].get<double>(), (ranks >= 5 ? 3 : std::min(ranks - 1, 2)) * M);
   }
   const RunResult sharded = run(3, "--grad-dtype fp32 --batch 12 --steps 2 --allreduce tree --zero 1", 2);
   EXPECT_TRUE(sharded.summary["bytes_sent_per_step"]["modelled"].is_null()) << sharded.summary.dump();

@@ -41,6 +41,7 @@ struct SummaryInputs {
   std::size_t parameters = 0;
   const LinkSource& link;
   std::vector<double> memory_mine, memory_largest;  // memory_figures() of this rank and the maximum over ranks
+  double bytes_sent_largest = 0;                     // the most bytes per step any rank sent (a tree's inner ranks)
   int first_step = 0;  // loop steps done before this run (a resume)
   int last_step = 0;   // the last loop step run: --steps, or where a signal or a non-finite step stopped it
   int threads = 1;     // per rank

@@ -1,11 +1,12 @@
 // The --config file, read by toml++ (a complete TOML 1.0 parser) and handed to CLI11 as its flags' values. The
 // project's configs are flat `key = value` lines (configs/*.toml): a table, an array or a date, a value of the
 // wrong type for its option (`steps = "3"`, `lr = true`), and anything that is not valid TOML (a key given twice,
-// `steps = 3 garbage`) are refused in one line naming the file and the key; valid TOML numbers that CLI11's own
-// reader took for text (`1_000`, `0x10`, `1e3`) are read as TOML defines them.
+// `steps = 3 garbage`) are refused in one line naming the file, the key and its line; valid TOML numbers that CLI11's
+// own reader took for text (`1_000`, `0x10`, `1e3`) are read as TOML defines them.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,9 +25,14 @@ class TomlConfig : public CLI::Config {
   // Not used: dptrain writes no config files.
   std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
 
+  const std::string& path() const { return path_; }
+  // The line of `key` in the file read last (for the parser's refusals, which name the key only); 0 if absent.
+  std::size_t line_of(const std::string& key) const;
+
  private:
   std::string path_;
   std::function<std::optional<ValueKind>(std::string_view)> kind_of_;
+  mutable std::map<std::string, std::size_t> lines_;  // key → line, of the file read last
 };
 
 }  // namespace dptrain
