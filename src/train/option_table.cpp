@@ -142,7 +142,8 @@ std::vector<TrainOption> make_table() {
             "AVX512_BF16 or AMX), one per kind of product (nt=LIB,nn=LIB,tn=LIB), or auto (each fp32 library timed "
             "on the model's products at start-up, the fastest per kind kept)",
             DPTRAIN_FIELD(cpu_gemm), all, unsaved),
-      entry("--check-every", "Compare a hash of the weights across ranks every N steps and at the end (0: at the end only)",
+      entry("--check-every",
+            "Compare a hash of the weights across ranks every N steps and at the end (0: at the end only)",
             DPTRAIN_FIELD(check_every), all, unsaved),
       entry("--zero", "ZeRO stage: 0 (replicated), 1 (optimizer sharded), 2 (+ gradients), 3 (+ weights)",
             DPTRAIN_FIELD(zero), all, saved),
