@@ -52,8 +52,10 @@ __global__ void __launch_bounds__(kClassifierThreads, 4)
       });
   block_softmax_merge(m, s);
   // Every thread the same bits (the same m, s). m − x_t > 88 overflows the product to +∞: such a loss is past the
-  // cap anyway.
-  const float loss = fminf(log1pf(s * expf(m - x_target)), -logf(1e-30f));
+  // cap anyway. A non-finite row stays NaN, as on the cpu backend (its softmax takes ∞ − ∞ or carries the NaN): a
+  // NaN logit makes s or the product NaN, which the cap lets through (fminf would not), and a target of +∞ is NaN.
+  const float uncapped = x_target == INFINITY ? NAN : log1pf(s * expf(m - x_target)), cap = -logf(1e-30f);
+  const float loss = uncapped > cap ? cap : uncapped;
   if (threadIdx.x == 0) losses[n] = loss;
   if (dloss == 0.0f) return;  // the losses only (evaluation)
   const float top = fmaxf(m, x_target);

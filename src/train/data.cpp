@@ -194,7 +194,8 @@ void Dataset::train_window(std::uint64_t seed, std::uint64_t step, std::uint64_t
 void Dataset::val_window(std::uint64_t index, std::uint64_t count, std::int32_t* out) const {
   const std::size_t window = std::size_t(seq_) + 1;
   const std::uint64_t last_start = val_tokens() - window;
-  const std::uint64_t start = count > 1 ? index * last_start / (count - 1) : 0;
+  // index · last_start may pass 64 bits (2^31 windows over a split of 10^10 tokens): the product in 128.
+  const std::uint64_t start = count > 1 ? std::uint64_t((unsigned __int128)index * last_start / (count - 1)) : 0;
   std::copy_n(corpus_.tokens.data() + split_ + start, window, out);
 }
 

@@ -208,6 +208,36 @@ TEST_F(Classifier, TargetNearOneKeepsItsGradientAndAHopelessTargetCapsItsLoss) {
   EXPECT_EQ(to_float(k.dlogits[3 * V + 150]), -dloss);  // p[t] − 1 = −1 to fp32 precision
 }
 
+// A row with a NaN logit (off the target or at it) or a target of +∞ has a NaN loss, as on the cpu backend: a
+// model gone non-finite must not report a finite (capped) loss, in training or in a validation (dloss = 0, where
+// no gradient would show it). A target of −∞ is a hopeless target, capped as any other.
+TEST_F(Classifier, NonFiniteRowsGiveTheCpuBackendsLosses) {
+  const std::size_t N = 5, V = 40;
+  std::vector<bf16> logits = uniform_bf16(rng, N * V, -1, 1);
+  const std::vector<std::int32_t> targets = {3, 7, 11, 20, 39};
+  logits[0 * V + 30] = to_bf16(NAN);        // off the target
+  logits[1 * V + 7] = to_bf16(NAN);         // at the target
+  logits[2 * V + 11] = to_bf16(INFINITY);   // a target of +∞
+  logits[3 * V + 20] = to_bf16(-INFINITY);  // a target of −∞: capped
+  const std::vector<float> logits_f = as_floats(logits);
+  for (const float dloss : {0.0f, 0.25f}) {
+    SCOPED_TRACE(::testing::Message() << "dloss " << dloss);
+    std::vector<bf16> gradient = logits;
+    std::vector<float> losses(N), ref = logits_f, losses_ref(N);
+    double sum_ref = 0;
+    cuda_on_cpu::launch(kernels::classifier, kernels::classifier_launch(N), gradient.data(), losses.data(),
+                        targets.data(), dloss, N, V, V);
+    cpu->softmax_cross_entropy(ref.data(), losses_ref.data(), targets.data(), N, V, V, dloss, &sum_ref);
+    for (std::size_t n = 0; n < 3; ++n) {
+      EXPECT_TRUE(std::isnan(losses[n])) << "row " << n << ": " << losses[n];
+      EXPECT_TRUE(std::isnan(losses_ref[n])) << "row " << n << ": " << losses_ref[n];
+    }
+    EXPECT_NEAR(losses[3], kLossCap, 4 * u * kLossCap);
+    EXPECT_NEAR(losses_ref[3], kLossCap, 4 * u * kLossCap);
+    EXPECT_TRUE(std::isfinite(losses[4]) && losses[4] > 0) << losses[4];
+  }
+}
+
 TEST_F(Classifier, LossSumAddsEveryLossInDoubleWhateverN) {
   // N below, at and above the block's 256 threads.
   for (const std::size_t N : {std::size_t(1), std::size_t(256), std::size_t(1001)}) {

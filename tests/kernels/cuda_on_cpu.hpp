@@ -100,7 +100,9 @@ struct Warp {
 };
 
 struct Block {
-  Block(unsigned threads, std::size_t shared_bytes) : sync(threads), shared((shared_bytes + 15) / 16) {
+  // The dynamic shared memory starts as all-ones bytes (a NaN in every float, −1 in every int): a kernel that reads
+  // a slot it never wrote sees garbage here too, not the zeros that would pass for an initialised sum.
+  Block(unsigned threads, std::size_t shared_bytes) : sync(threads), shared((shared_bytes + 15) / 16, kGarbage) {
     for (unsigned w = 0; w < threads / kWarpSize; ++w) warps.push_back(std::make_unique<Warp>(kWarpSize));
   }
   Meeting sync;
@@ -108,7 +110,9 @@ struct Block {
   struct alignas(16) Chunk {
     unsigned char bytes[16];
   };
-  std::vector<Chunk> shared;  // the dynamic shared memory, uninitialised as on the GPU (here zeroed)
+  static constexpr Chunk kGarbage = {
+      {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}};
+  std::vector<Chunk> shared;  // the dynamic shared memory, uninitialised as on the GPU (here: garbage, see above)
 };
 
 struct ThreadState {

@@ -17,6 +17,12 @@ namespace dptrain::cuda {
 
 namespace {
 
+// What cuBLASLt answers for a descriptor or an epilogue it does not take (an answer about the shape, after which
+// the composition runs); any other failure (execution, internal, architecture, allocation) is a fault, reported.
+bool refused(cublasStatus_t status) {
+  return status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE;
+}
+
 // The largest power of two (≤ 256) dividing the address and the byte offsets of every column and batch member:
 // what cuBLASLt may assume about an operand (it takes it as the pointer's alignment).
 unsigned alignment_of(const void* p, std::int64_t ld, std::int64_t stride, std::size_t element_bytes) {
@@ -105,7 +111,7 @@ const CublasLtGemm::Prepared* CublasLtGemm::prepare(const Key& key, const void* 
   // a call cuBLASLt refused (a descriptor or attribute it rejects), reported rather than taken for "none" — but for
   // an activation epilogue, whose refusal leaves the composition (the backend says which shapes were composed).
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0) ||
-      (status != CUBLAS_STATUS_SUCCESS && plan.activation != GemmActivation::none)) {
+      (refused(status) && plan.activation != GemmActivation::none)) {
     prepared_.emplace(key, std::nullopt);
     return nullptr;
   }
@@ -151,8 +157,7 @@ bool CublasLtGemm::run_part(const GemmPlan& plan, const void* A, const void* B, 
   const cublasStatus_t status =
       cublasLtMatmul(handle_, described.operation(), &alpha, A, described.a(), B, described.b(), &beta, C,
                      described.d(), D, described.d(), &p.algorithm, workspace_.data(), kWorkspaceBytes, stream_);
-  if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_ALLOC_FAILED &&
-      plan.activation != GemmActivation::none) {
+  if (refused(status) && plan.activation != GemmActivation::none) {
     prepared_[key] = std::nullopt;  // the epilogue refused: the composition from now on
     return false;
   }
