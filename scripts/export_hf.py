@@ -84,6 +84,9 @@ def read_bytes(path):
              f"model.safetensors)")
 
 
+STEP_FOLDER = re.compile(r"step-(\d{1,18})(?:-(\d{1,9}))?")  # dptrain's kStepFolder
+
+
 def step_folder(ckpt):
     if not os.path.isdir(ckpt):
         fail(f"CKPT '{ckpt}' is not a folder (expected a checkpoint directory, dptrain --save DIR, or one of its "
@@ -95,7 +98,12 @@ def step_folder(ckpt):
         fail(f"'{latest}' is not a regular file (expected the one line dptrain writes, the name of the step folder)")
     if not os.path.isfile(latest):
         fail(f"'{ckpt}' is neither a checkpoint step folder (no meta.json) nor a checkpoint directory (no 'latest')")
-    folder = os.path.join(ckpt, read_bytes(latest).decode(errors="replace").strip())
+    # As dptrain --resume reads it: one step folder's name (step-NNNNNN, or step-NNNNNN-K), trailing newlines and
+    # spaces aside; anything else (a path, a carriage return) is a damaged or foreign `latest`, not followed.
+    name = read_bytes(latest)[:4096].decode(errors="replace").rstrip("\n ")
+    if not STEP_FOLDER.fullmatch(name):
+        fail(f"'{latest}' names {json.dumps(name)}, expected a step folder (step-NNNNNN)")
+    folder = os.path.join(ckpt, name)
     if not os.path.isfile(os.path.join(folder, "meta.json")):
         fail(f"'{latest}' names '{folder}', which has no meta.json")
     return folder

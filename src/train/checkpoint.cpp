@@ -50,7 +50,10 @@ SafetensorsFile read_verified(const std::string& path, const std::string& file_n
 }
 
 // A NaN or Inf in a checkpoint would poison every later step: refused with the first offending element.
-void require_finite(const std::string& path, const std::string& tensor, const TensorRead& t) {
+// Every value finite, and with `non_negative` none below 0 (Adam's v, a mean of squares: a negative one makes the
+// update's √v NaN two steps after the resume).
+void require_finite(const std::string& path, const std::string& tensor, const TensorRead& t,
+                    bool non_negative = false) {
   const std::size_t n = t.data.size() / (t.dtype == "BF16" ? 2 : 4);
   for (std::size_t i = 0; i < n; ++i) {
     float value = 0;
@@ -64,6 +67,9 @@ void require_finite(const std::string& path, const std::string& tensor, const Te
     require(std::isfinite(value),
             "checkpoint file '{}': tensor '{}' holds {} at element {}; a checkpoint must hold finite values", path,
             tensor, value, i);
+    require(!non_negative || value >= 0,
+            "checkpoint file '{}': tensor '{}' holds {} at element {}; its values are squares' means, never negative",
+            path, tensor, value, i);
   }
 }
 
@@ -238,7 +244,8 @@ ResumePoint load_checkpoint(const std::string& dir, DataParallelEngine& engine, 
         expect_tensor<float>(file, path, "master", "F32", held).data.data());
     const float* m = reinterpret_cast<const float*>(expect_tensor<float>(file, path, "adam_m", "F32", held).data.data());
     const float* v = reinterpret_cast<const float*>(expect_tensor<float>(file, path, "adam_v", "F32", held).data.data());
-    for (const char* tensor : {"master", "adam_m", "adam_v"}) require_finite(path, tensor, file.tensors.at(tensor));
+    for (const char* tensor : {"master", "adam_m", "adam_v"})
+      require_finite(path, tensor, file.tensors.at(tensor), std::string_view(tensor) == "adam_v");
     std::size_t at = 0;  // where range [b, e) starts in the file's tensors
     for (const auto& [b, e] : ranges) {
       for (const OptimizerPiece& piece : engine.optimizer_pieces()) {

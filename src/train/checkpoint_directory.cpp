@@ -200,14 +200,24 @@ fs::path nearest_existing(fs::path path) {
 }  // namespace
 
 void require_save_writable(const TrainOptions& options, int rank) {
-  const fs::path root = fs::absolute(options.save);
-  // A regular file anywhere in the path: create_directories would fail after the whole run otherwise.
+  const fs::path root = fs::absolute(options.save).lexically_normal();
   for (fs::path prefix; const fs::path& part : root) {
     prefix /= part;
+    // A regular file anywhere in the path: create_directories would fail after the whole run otherwise.
     require(!fs::exists(prefix) || fs::is_directory(prefix),
             "--save: '{}' is in the path of '{}' and is not a directory (expected a directory or a path that can "
             "be created)",
             prefix.string(), options.save);
+    // Inside another run's step folder, or in a folder named as a save's temporary: a run on the directory above
+    // would prune the one or remove the other at its start-up, and this run's checkpoints with it.
+    require(!fs::is_regular_file(prefix / "meta.json"),
+            "--save: '{}' is inside the checkpoint step folder '{}' (it holds a meta.json), which pruning of its "
+            "directory would remove; give a directory of its own",
+            options.save, prefix.string());
+    require(!std::regex_match(part.string(), kStaleTemporary),
+            "--save: '{}' is named as a save's temporary folder (.step-N.tmp), which the next run saving into its "
+            "directory removes at start-up; give another name",
+            options.save);
   }
   // Nothing is created at set-up (the ranks have not yet agreed on --save): the probe goes into the nearest
   // directory that exists, where the save will create the rest.

@@ -7,6 +7,7 @@
 
 #include "dptrain/core/checksum.hpp"
 #include "dptrain/core/error.hpp"
+#include "dptrain/train/option_table.hpp"
 
 namespace dptrain {
 namespace {
@@ -124,6 +125,22 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
     read.bounded("parallel.zero", parallel["zero"], 0, 3);
   }
 
+  // The options of the run that wrote it (what a resume names as changed): each of its option's kind of value;
+  // a key no option has (a later version's) is left alone.
+  if (meta.json.contains("training")) {
+    const nlohmann::json& training = meta.json["training"];
+    if (!training.is_object()) read.wrong_type("training", training, "an object of option values");
+    for (const TrainOption& option : train_option_table()) {
+      if (!option.in_checkpoint || !training.contains(option.key())) continue;
+      const nlohmann::json& value = training[option.key()];
+      const bool right = option.kind == ValueKind::whole_number ? value.is_number_integer()
+                         : option.kind == ValueKind::number     ? value.is_number()
+                         : option.kind == ValueKind::boolean    ? value.is_boolean()
+                                                                : value.is_string();
+      if (!right)
+        read.wrong_type("training." + option.key(), value, std::string(value_kind_name(option.kind)).c_str());
+    }
+  }
   // Absent in checkpoints of one file (ZeRO 0): the single optimizer.safetensors.
   meta.optimizer_shards = {"optimizer.safetensors"};
   if (meta.json.contains("optimizer_shards")) {
@@ -173,6 +190,16 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
           "checkpoint '{}': meta.json is damaged: xxh64 {:016x} of its contents, expected {:016x} (recorded in it as "
           "meta_checksum when it was written)",
           step_dir, actual, *expected);
+  }
+  // The position in the data and the generator: both are the step (batches are a function of seed and step). After
+  // the seal: in a sealed document a flipped digit is damage, named as such.
+  for (const auto& [section, key] : {std::pair{"data", "next_step"}, {"rng", "step"}}) {
+    if (!meta.json.contains(section) || !meta.json[section].is_object() || !meta.json[section].contains(key))
+      continue;
+    const std::string name = fmt::format("{}.{}", section, key);
+    if (read.integer(name.c_str(), meta.json[section][key]) != meta.step)
+      read.refuse("inconsistent", fmt::format("key '{}' is {}, but the checkpoint is at step {}", name,
+                                              meta.json[section][key].dump(), meta.step));
   }
   return meta;
 }

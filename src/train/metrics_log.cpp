@@ -14,9 +14,19 @@
 
 namespace dptrain {
 
-MetricsLog::MetricsLog(const std::string& path, bool append)
-    : out_(path, append ? std::ios::app : std::ios::trunc), path_(path) {
-  require(out_.is_open(), "--log: cannot open '{}' for writing", path);
+namespace {
+
+// The line for a log file that did not open, with the system's reason (errno of the failed open).
+[[noreturn]] void cannot_open(const std::string& path, int error) {
+  fail("--log: cannot write '{}': {}", path, error != 0 ? std::strerror(error) : "open failed");
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
+  errno = 0;
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
+  if (!out_.is_open()) cannot_open(path, errno);
 }
 
 void require_log_writable(const std::string& path) {
@@ -31,8 +41,9 @@ void require_log_writable(const std::string& path) {
     return;
   }
   // Appending creates a missing file but changes no byte of an existing one.
+  errno = 0;
   std::ofstream probe(path, std::ios::app);
-  require(probe.is_open(), "--log: cannot open '{}' for writing", path);
+  if (!probe.is_open()) cannot_open(path, errno);
 }
 
 std::string MetricsLog::write(const nlohmann::json& record) {

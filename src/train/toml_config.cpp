@@ -12,7 +12,17 @@ namespace dptrain {
 
 namespace {
 
-std::string_view kind_name(ValueKind kind) {
+// How the file wrote the value, for messages: `"3"`, `3.5`, `true`.
+std::string shown(const toml::node& node) {
+  if (const auto* s = node.as_string()) return fmt::format("\"{}\"", s->get());
+  std::ostringstream text;
+  node.visit([&text](const auto& value) { text << value; });
+  return text.str();
+}
+
+}  // namespace
+
+std::string_view value_kind_name(ValueKind kind) {
   switch (kind) {
     case ValueKind::whole_number:
       return "a whole number (e.g. 4)";
@@ -25,16 +35,6 @@ std::string_view kind_name(ValueKind kind) {
   }
   return "";
 }
-
-// How the file wrote the value, for messages: `"3"`, `3.5`, `true`.
-std::string shown(const toml::node& node) {
-  if (const auto* s = node.as_string()) return fmt::format("\"{}\"", s->get());
-  std::ostringstream text;
-  node.visit([&text](const auto& value) { text << value; });
-  return text.str();
-}
-
-}  // namespace
 
 TomlConfig::TomlConfig(std::string path, std::function<std::optional<ValueKind>(std::string_view key)> kind_of)
     : path_(std::move(path)), kind_of_(std::move(kind_of)) {}
@@ -83,7 +83,8 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
     }
     const std::optional<ValueKind> kind = kind_of_(key);
     if (kind && *kind != given && !(*kind == ValueKind::number && given == ValueKind::whole_number))
-      fail("--config {}: key '{}' (line {}) is {}; expected {}", path_, key, line, shown(node), kind_name(*kind));
+      fail("--config {}: key '{}' (line {}) is {}; expected {}", path_, key, line, shown(node),
+           value_kind_name(*kind));
     CLI::ConfigItem item;
     item.name = key;
     item.inputs = {text};

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/cpu_info.hpp"
 #include "dptrain/core/error.hpp"
+#include "dptrain/core/hash.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/hardware.hpp"
 #include "dptrain/train/checkpoint.hpp"
@@ -229,6 +231,21 @@ Trainer::Evaluation Trainer::evaluate() {
   return {.loss = total / double(E * std::size_t(options_.model.seq))};
 }
 
+double Trainer::trace_origin() {
+  const double mine = now_seconds();
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  const double host = double(fnv1a(name, std::size_t(length)) >> 12);  // 52 bits: exact in a double
+  std::vector<double> all;  // [ranks × (origin, host)]
+  const std::vector<double> pair = {mine, host};
+  engine_->run_on_comm_executor([&] { all = world_.all_gather(pair); }, "the exchange of trace origins");
+  double origin = mine;
+  for (std::size_t r = 0; r < all.size(); r += 2)
+    if (all[r + 1] == host) origin = std::min(origin, all[r]);
+  return origin;
+}
+
 int Trainer::agreed_stop_signal() {
   int signal = 0;
   engine_->run_on_comm_executor([&] { signal = int(world_.max_over_ranks({double(stop_signal_received())})[0]); },
@@ -285,7 +302,7 @@ int Trainer::run() {
   Timeline& timeline = engine_->timeline();
   timeline.record(!options_.trace.empty());
   world_.barrier();
-  timeline.reset_origin();  // one origin for every rank's events
+  timeline.set_origin(trace_origin());  // one origin for the events of every rank of a host
   if (const int setup_stop = agreed_stop_signal(); setup_stop != 0) {
     complain(fmt::format("dptrain: stopped by {} during set-up, before step {}; nothing trained, nothing saved",
                          stop_signal_name(setup_stop), first_step_ + 1));

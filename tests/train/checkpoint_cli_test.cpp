@@ -58,6 +58,28 @@ TEST_F(CheckpointRuns, AFreshRunDoesNotReplaceCheckpointsWithoutOverwrite) {
   EXPECT_EQ(meta(save + "/step-000001")["training"]["seed"], 7);
 }
 
+// A --save inside another checkpoint's step folder (pruning it would take this run's checkpoints along), or named
+// as a save's temporary (which a run saving into the directory above removes at start-up), is refused at set-up.
+TEST_F(CheckpointRuns, ASaveWhereAnotherRunsCleanUpWouldRemoveItIsRefused) {
+  const std::string outer = dir_ / "outer";
+  ASSERT_EQ(run_command(dptrain("--steps 1 --save " + outer)).exit_code, 0);
+  for (const auto& [save, line] :
+       {std::pair{outer + "/step-000001", fmt::format("--save: '{}/step-000001' is inside the checkpoint step folder "
+                                                      "'{}/step-000001' (it holds a meta.json)",
+                                                      outer, outer)},
+        std::pair{outer + "/step-000001/inner",
+                  fmt::format("is inside the checkpoint step folder '{}/step-000001'", outer)},
+        std::pair{outer + "/.step-000009.tmp", fmt::format("--save: '{}/.step-000009.tmp' is named as a save's "
+                                                           "temporary folder (.step-N.tmp)",
+                                                           outer)}}) {
+    const auto r = run_command(dptrain("--steps 1 --save " + save));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(line), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(outer + "/step-000001/latest"));
+  EXPECT_FALSE(std::filesystem::exists(outer + "/.step-000009.tmp"));
+}
+
 TEST_F(CheckpointRuns, AnUnwritableSaveIsRefusedBeforeStepOne) {
   testing::write_text(dir_ / "file", "a regular file");
   const auto r = run_command(testing::mpiexec(2) + " " + dptrain("--steps 2 --save " + (dir_ / "file") + "/ckpt"));

@@ -295,6 +295,14 @@ TEST_F(CheckpointIntegrity, NonFiniteValuesAreRefusedNamingFileAndTensor) {
             fmt::format("checkpoint file '{}': tensor 'adam_v' holds nan at element 5; a checkpoint must hold finite "
                         "values",
                         shard));
+  // A negative second moment (finite, but no mean of squares): √v would be NaN two steps after the resume.
+  reinterpret_cast<float*>(file.tensors.at("adam_v").data.data())[5] = -1.0f;
+  hash = write_safetensors(shard, tensors, file.metadata);
+  edit_meta(step, [&](nlohmann::json& m) { m["checksums"]["optimizer.safetensors"] = checksum_text(hash); });
+  EXPECT_EQ(refusal([&] { load(); }),
+            fmt::format("checkpoint file '{}': tensor 'adam_v' holds -1 at element 5; its values are squares' means, "
+                        "never negative",
+                        shard));
 
   // An infinite weight in the model file.
   const std::string model = step + "/model.safetensors";
@@ -351,6 +359,18 @@ TEST_F(CheckpointIntegrity, DamagedMetaJsonNamesTheCheckpointAndTheKey) {
        "wrong type (key 'parallel' is a number 2, expected an object {\"ranks\": R, \"zero\": S})"},
       {[](nlohmann::json& m) { m = nlohmann::json::array({1}); },
        "wrong type (the document is a array [1], expected an object)"},
+      // The recorded options, each of its option's kind (a resume names them when they changed).
+      {[](nlohmann::json& m) { m["training"]["steps"] = "8"; },
+       "wrong type (key 'training.steps' is a string \"8\", expected a whole number (e.g. 4))"},
+      {[](nlohmann::json& m) { m["training"]["lr"] = true; },
+       "wrong type (key 'training.lr' is a boolean true, expected a number (e.g. 0.001))"},
+      {[](nlohmann::json& m) { m["training"] = 3; },
+       "wrong type (key 'training' is a number 3, expected an object of option values)"},
+      // The data's and the generator's position are the step.
+      {[](nlohmann::json& m) { m["data"]["next_step"] = 2; },
+       "inconsistent (key 'data.next_step' is 2, but the checkpoint is at step 1)"},
+      {[](nlohmann::json& m) { m["rng"]["step"] = 0; },
+       "inconsistent (key 'rng.step' is 0, but the checkpoint is at step 1)"},
   };
   for (const auto& [change, what] : cases) {
     write_text(step + "/meta.json", good);

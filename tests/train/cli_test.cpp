@@ -92,6 +92,9 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--resume " + (dir_ / "nothing"), "is not a checkpoint directory"},
       {"--trace " + (dir_ / "nowhere/trace.json"),
        "--trace: cannot write '" + (dir_ / "nowhere/trace.json") + "': No such file or directory"},
+      {"--log " + (dir_ / "nowhere/run.jsonl"),
+       "--log: cannot write '" + (dir_ / "nowhere/run.jsonl") + "': No such file or directory"},
+      {"--log " + (dir_ / "texts"), "--log: cannot write '" + (dir_ / "texts") + "': Is a directory"},
       // The trace is renamed over its path: a directory, a pipe or a device (root's /dev/null) must not be.
       {"--trace " + (dir_ / "texts"), "--trace: cannot write '" + (dir_ / "texts") + "': it is a directory"},
       {"--trace " + (dir_ / "pipe"),

@@ -2,15 +2,15 @@
 // ctest as the fixture `python_env`): a checkpoint written by `dptrain --save` reads back through the `safetensors`
 // package bit for bit, and scripts/export_hf.py turns it into a folder that transformers' GPT2LMHeadModel loads
 // without complaint and that gives dptrain's loss on the same windows.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "dptrain/compute/backend.hpp"
 #include "dptrain/compute/gpt.hpp"
@@ -279,6 +279,25 @@ TEST_F(HuggingFaceInterop, ExportRefusesADamagedCheckpointNamingTheFile) {
   expect_refused(export_hf(damaged.string() + " " + out),
                  fmt::format("checkpoint file '{}' is damaged: xxh64 ", model));
   EXPECT_FALSE(fs::exists(out));
+}
+
+// `latest` is read as `dptrain --resume` reads it: a step folder's name, nothing else. A path to another checkpoint
+// and a name with a carriage return are refused, and nothing is exported from them.
+TEST_F(HuggingFaceInterop, ExportReadsLatestAsResumeDoes) {
+  ASSERT_NO_FATAL_FAILURE(train_and_save());
+  const std::string out = dir_ / "hf";
+  for (const auto& [name, text, shown] :
+       {std::tuple{"elsewhere", std::string("../ckpt/step-000003\n"), std::string(R"("../ckpt/step-000003")")},
+        std::tuple{"crlf", std::string("step-000003\r\n"), std::string(R"("step-000003\r")")}}) {
+    const fs::path ckpt = dir_ / name;
+    fs::create_directories(ckpt);
+    fs::copy(step_, ckpt / step_.filename(), fs::copy_options::recursive);
+    testing::write_text((ckpt / "latest").string(), text);
+    expect_refused(
+        export_hf(ckpt.string() + " " + out),
+        fmt::format("'{}' names {}, expected a step folder (step-NNNNNN)", (ckpt / "latest").string(), shown));
+    EXPECT_FALSE(fs::exists(out));
+  }
 }
 
 // meta.json is checked as `dptrain --resume` checks it: a format 2 document sealed by its meta_checksum. An edited

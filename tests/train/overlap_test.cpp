@@ -138,6 +138,7 @@ TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
   std::map<int, std::set<int>> named_threads, used_threads;
   std::map<std::string, int> comm_by_op;
   std::map<int, std::vector<std::pair<double, double>>> compute_phases;  // per rank: (ts, dur) in µs, not waits
+  std::map<std::string, std::map<int, std::vector<std::pair<double, double>>>> comm_spans;  // name → rank → (ts, end)
   const std::set<std::string> compute_names = {"forward",
                                                "backward head + final norm",
                                                "backward block 1",
@@ -177,8 +178,27 @@ TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
     EXPECT_EQ(e.at("args").at("bytes").get<std::size_t>(), units[unit]["padded"].get<std::size_t>() * element)
         << e.dump();
     ++comm_by_op[op];
+    comm_spans[name][pid].push_back({e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>()});
   }
   EXPECT_EQ(named_processes, (std::set<int>{0, 1, 2}));
+  // One clock for the ranks of a host: the k-th collective of a name, which needs every rank's data, starts on every
+  // rank before it ends on any (1 µs for the printed rounding). With each rank's own origin, one taken 159 ms late
+  // (a barrier left late on busy cores) broke this for every collective of the run.
+  for (auto& [name, per_rank] : comm_spans) {
+    ASSERT_EQ(per_rank.size(), 3u) << name;
+    for (auto& [pid, spans] : per_rank) {
+      std::sort(spans.begin(), spans.end());
+      ASSERT_EQ(spans.size(), per_rank.begin()->second.size()) << name << " rank " << pid;
+    }
+    for (std::size_t k = 0; k < per_rank.begin()->second.size(); ++k) {
+      double latest_start = 0, earliest_end = INFINITY;
+      for (const auto& [pid, spans] : per_rank) {
+        latest_start = std::max(latest_start, spans[k].first);
+        earliest_end = std::min(earliest_end, spans[k].second);
+      }
+      EXPECT_LE(latest_start, earliest_end + 1.0) << name << " #" << k;
+    }
+  }
   // The compute thread's phases (forward, each unit's backward, optimizer) follow one another: sorted by start,
   // none has a negative length or begins before the previous one ended (1 µs for the printed rounding).
   for (auto& [pid, phases] : compute_phases) {

@@ -27,6 +27,11 @@ class Timeline {
   void record(bool on) { recording_ = on; }
   bool recording() const { return recording_; }
   void reset_origin() { origin_ = std::chrono::steady_clock::now(); }
+  // The origin at `steady_seconds` on the steady clock (now_seconds()'s reading): another rank's on the same host.
+  void set_origin(double steady_seconds) {
+    origin_ = std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(steady_seconds)));
+  }
   double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count(); }
 
   // Callers check recording() first when building an event costs something (formatted names).

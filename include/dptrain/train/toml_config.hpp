@@ -15,6 +15,9 @@ namespace dptrain {
 
 enum class ValueKind { whole_number, number, boolean, text };
 
+// "a whole number (e.g. 4)": what a value of that kind looks like, for messages.
+std::string_view value_kind_name(ValueKind kind);
+
 class TomlConfig : public CLI::Config {
  public:
   // `path` names the file in messages; `kind_of` gives the kind of value a key's option takes (nullopt: a key no

@@ -57,6 +57,10 @@ class Trainer {
   };
   Evaluation evaluate();
   int agreed_stop_signal();  // collective: a stop signal any rank received (0: none), the same on every rank
+  // Collective, after a barrier: the trace's time origin, the earliest reading of the ranks of this rank's host (the
+  // steady clock is the host's, so they share it exactly and no event is before it; hosts are aligned by the
+  // barrier alone).
+  double trace_origin();
   void check_weights_agree(int step);
   void fill_local_windows(int step);
   void say(const std::string& line) const;       // rank 0 prints
