@@ -6,14 +6,14 @@
 #   scripts/bench-collectives.sh                 # bf16, np 2 and 4, 1 KiB .. 64 MiB by 4×, 3 repeats
 #   NPS="2" DTYPE=fp32 REPEATS=5 scripts/bench-collectives.sh -n 40
 #
-# Environment: BUILD_DIR (default build; configured and built if needed), NPS, DTYPE, REPEATS (medians over
+# Environment: BUILD_DIR (default $DPTRAIN_BUILD, else build; configured and built if needed), NPS, DTYPE, REPEATS (medians over
 # repeats: a shared or virtual machine's speed drifts), OUT_DIR (JSON and text of every run). Extra arguments go to
 # dpbench (a repeated flag overrides the sweep's). More ranks than cores run oversubscribed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
-BUILD_DIR=${BUILD_DIR:-build}
+BUILD_DIR=${BUILD_DIR:-$DPTRAIN_BUILD}
 NPS=${NPS:-"2 4"}
 DTYPE=${DTYPE:-bf16}
 REPEATS=${REPEATS:-3}
@@ -59,12 +59,16 @@ for np in $NPS; do
   runs=()  # this call's files only: OUT_DIR may hold an earlier call's with more repeats
   for ((i = 1; i <= REPEATS; ++i)); do runs+=("$OUT_DIR/np$np-$i.json"); done
   jq -s -r --argjson goal_from $((4 << 20)) '
-    def median: sort | .[length / 2 | floor];
+    def median: map(select(. != null)) | sort
+      | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
+        else (.[length / 2 - 1] + .[length / 2]) / 2 end;
     [.[] | group_by(.size)[] | (map({key: .algo, value: .busbw}) | from_entries) + {size: .[0].size, ranks: .[0].ranks}]
     | group_by(.size)[]
     | [.[0].ranks, .[0].size, (map(.ring) | median), (map(.tree) | median), (map(.native) | median),
-       (map(if .native > 0 then .ring / .native else 0 end) | median)]
-    | . + [if .[1] < $goal_from then "" elif .[5] >= 0.9 then "met" else "MISSED" end]
+       (map(if .ring != null and .native > 0 then .ring / .native else null end) | median)]
+    | map(. // "-")
+    | . + [if .[1] < $goal_from or .[5] == "-" then "" elif .[5] >= 0.9 then "met" else "MISSED" end]
     | @tsv' "${runs[@]}" |
-    awk -F'\t' '{ printf "%4d %12d %12.3f %12.3f %12.3f %12.2f  %s\n", $1, $2, $3, $4, $5, $6, $7 }'
+    awk -F'\t' 'function f(v, d) { return v == "-" ? v : sprintf("%." d "f", v) }
+      { printf "%4d %12d %12s %12s %12s %12s  %s\n", $1, $2, f($3, 3), f($4, 3), f($5, 3), f($6, 2), $7 }'
 done

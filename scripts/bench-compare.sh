@@ -18,17 +18,18 @@ names=(before after)
 for b in "${builds[@]}"; do
   [[ -x $b/dptrain && -x $b/dpbench ]] || { echo "bench-compare: $b has no dptrain and dpbench" >&2; exit 2; }
 done
+cores=$(nproc)  # before OMP_NUM_THREADS, which nproc obeys
 ROUNDS=${ROUNDS:-3}
-THREADS=${THREADS:-$(nproc)}
+THREADS=${THREADS:-$cores}
 STEPS=${STEPS:-12}
 dptrain_require_count ROUNDS "$ROUNDS" 1
 dptrain_require_count THREADS "$THREADS" 1
-dptrain_require_count STEPS "$STEPS" 3  # the median leaves out the first two
+dptrain_require_count STEPS "$STEPS" 8  # the median leaves out the warm-up and --overlap auto's trial: 7 steps
 export OMP_NUM_THREADS=$THREADS
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-echo "# $(date -u +%FT%TZ)  $(nproc) cores  $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "# $(date -u +%FT%TZ)  $cores cores  $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "# AVX-512: $(grep -o -m1 -w 'avx512f' /proc/cpuinfo || echo no)  AVX512_BF16: $(grep -o -m1 -w 'avx512_bf16' /proc/cpuinfo || echo no)"
 echo
 echo "## training, 1 process × $THREADS thread(s), configs/small.toml, $STEPS steps: median tokens/s"
@@ -53,15 +54,20 @@ for ((r = 1; r <= ROUNDS; ++r)); do
   done
   jq -r -s --arg r "$r" '.[0] as $a | .[1] as $b | range($a | length) as $k
     | [$r, $a[$k].size, $a[$k].busbw, $b[$k].busbw, ($b[$k].busbw / $a[$k].busbw)] | @tsv' \
-    "$work/ring-0.json" "$work/ring-1.json" | awk -F'\t' '{ printf "%-6s %12d %12.3f %12.3f %8.3f\n", $1, $2, $3, $4, $5 }'
+    "$work/ring-0.json" "$work/ring-1.json" | tee -a "$work/ring.tsv" |
+    awk -F'\t' '{ printf "%-6s %12d %12.3f %12.3f %8.3f\n", $1, $2, $3, $4, $5 }'
+done
+for size in $(cut -f2 "$work/ring.tsv" | sort -nu); do
+  printf '%-6s %12d %12s %12s %8.3f\n' median "$size" "" "" \
+    "$(awk -F'\t' -v s="$size" '$2 == s { print $5 }' "$work/ring.tsv" | dptrain_median)"
 done
 
 echo
-echo "## ZeRO-3, np 4, gpt2-124m with --seq 128 --batch 4, 2 steps: MB per rank (largest rank)"
-printf '%-7s %9s %9s %9s %9s %9s %9s %9s %10s\n' build weights grads optim comm activ work "peak RSS" "step ms"
+echo "## ZeRO-3, np 4, gpt2-124m with --seq 128 --batch 4, 2 steps: MB per rank (largest rank); step 2's time alone"
+printf '%-7s %9s %9s %9s %9s %9s %9s %9s %10s\n' build weights grads optim comm activ work "peak RSS" "step-2 ms"
 for i in 0 1; do
   OMP_NUM_THREADS=1 mpirun -np 4 --oversubscribe "${builds[$i]}/dptrain" --config "$DPTRAIN_ROOT/configs/gpt2-124m.toml" \
-    --seq 128 --batch 4 --zero 3 --steps 2 --eval-every 0 --eval-windows 4 --check-every 0 --threads 1 \
+    --seq 128 --batch 4 --zero 3 --steps 2 --eval-every 0 --eval-windows 4 --check-every 0 --threads 1 --overlap on \
     --peak-tflops 1 --link nvlink-h100 --quiet --log "$work/zero-$i.jsonl" >/dev/null
   /usr/bin/python3 - "$work/zero-$i.jsonl" "${names[$i]}" <<'PY'
 import json, sys

@@ -14,11 +14,11 @@ steps="${4:-12}"
 dptrain_require_file config "$config"
 dptrain_require_count ranks "$ranks" 1
 dptrain_require_count threads "$threads" 1
-dptrain_require_count steps "$steps" 3  # the median leaves out the first two
+dptrain_require_count steps "$steps" 8  # the median leaves out the warm-up and --overlap auto's trial: 7 steps
 dptrain_require_count ROUNDS "${ROUNDS:-2}" 1
-dptrain_bench_setup
-
 dptrain_config_shape "$config"
+(( batch % ranks == 0 )) || dptrain_refuse "the config's global batch $batch is not divisible by $ranks ranks"
+dptrain_bench_setup
 
 # Global tokens/s, from rank 0's JSONL log.
 dptrain_tokens_per_s() {
@@ -27,9 +27,9 @@ dptrain_tokens_per_s() {
   dptrain_median_tokens_per_s "$work/run.jsonl"
 }
 pytorch_tokens_per_s() {
-  /usr/bin/python3 "$DPTRAIN_ROOT/scripts/gpt_reference.py" bench-ddp --nproc "$ranks" --layers "$layers" \
-    --width "$width" --heads "$heads" --seq "$seq" --vocab "$vocab" --batch "$batch" --steps "$steps" \
-    --threads "$threads" 2>/dev/null | awk '/^pytorch_ddp_tokens_per_s/ {print $2}'
+  dptrain_peer_value pytorch_ddp_tokens_per_s /usr/bin/python3 "$DPTRAIN_ROOT/scripts/gpt_reference.py" bench-ddp \
+    --nproc "$ranks" --layers "$layers" --width "$width" --heads "$heads" --seq "$seq" --vocab "$vocab" \
+    --batch "$batch" --steps "$steps" --warmup 7 --threads "$threads"
 }
 
 dptrain_cpu_line

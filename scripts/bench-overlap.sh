@@ -11,7 +11,7 @@
 #   DPTRAIN_MPI_WAIT=spin scripts/bench-overlap.sh     # the comm thread's wait policy (docs/cpu-speed.md)
 #
 # Columns: comm = wall time of the step's collectives on the comm thread; exposed = time the compute thread waited
-# for them; hidden = 1 − exposed/comm; "model" = the same from the α–β times of the step's real units, released at
+# for them; hidden = the median of the steps' 1 − exposed/comm (each in [0, 1]); "model" = the same from the α–β times of the step's real units, released at
 # the measured per-unit backward times (cost::simulate_overlap).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -19,7 +19,7 @@ NPS=${NPS:-"2 4"}
 STEPS=${STEPS:-12}
 ONLY=${ONLY:-}
 dptrain_require_counts NPS "$NPS" 2  # each np calibrates a link first
-dptrain_require_count STEPS "$STEPS" 3  # the medians leave out the first two
+dptrain_require_count STEPS "$STEPS" 8  # auto's row is of the steps after its trial (steps 2-7)
 dptrain_build --target dptrain dpbench
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -55,16 +55,18 @@ path, name, np, overlap = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
 # auto: the steps after its trial (steps 2-7), labelled with the choice it made
 first = 7 if overlap == "auto" else 2
-steps = [r for r in rows if "event" not in r][first:] or [r for r in rows if "event" not in r][2:]
+steps = [r for r in rows if "event" not in r][first:]
 if overlap == "auto":
     choice = next(r for r in rows if r.get("event") == "summary")["overlap_choice"]
     overlap = "auto:" + ("on" if choice["overlap"] else "off") if choice.get("decided") else "auto:?"
 med = lambda k: statistics.median(r[k] for r in steps)
 comm, exposed = med("comm_ms"), med("exposed_comm_ms")
 comm_m, exposed_m = med("comm_model_ms"), med("exposed_comm_model_ms")
-hidden = lambda e, c: 100 * (1 - e / c) if c > 0 else 0
-print(f"{name:<12} {np:>3} {overlap:>8} {med('step_ms'):9.1f} {comm:9.1f} {exposed:9.1f} {hidden(exposed, comm):6.0f}% |"
-      f" {comm_m:9.1f} {exposed_m:9.1f} {hidden(exposed_m, comm_m):6.0f}% {med('step_overlap_model_ms'):10.1f}")
+# The median of the steps' own hidden shares, each in [0, 100] % (a ratio of two medians can leave that range).
+hidden = lambda e, c: statistics.median(100 * min(1, max(0, 1 - r[e] / r[c])) if r[c] > 0 else 0 for r in steps)
+print(f"{name:<12} {np:>3} {overlap:>8} {med('step_ms'):9.1f} {comm:9.1f} {exposed:9.1f} "
+      f"{hidden('exposed_comm_ms', 'comm_ms'):6.0f}% | {comm_m:9.1f} {exposed_m:9.1f} "
+      f"{hidden('exposed_comm_model_ms', 'comm_model_ms'):6.0f}% {med('step_overlap_model_ms'):10.1f}")
 PY
     done
   done

@@ -11,11 +11,10 @@ threads="${2:-$(nproc)}"
 steps="${3:-12}"
 dptrain_require_file config "$config"
 dptrain_require_count threads "$threads" 1
-dptrain_require_count steps "$steps" 3  # the median leaves out the first two
-dptrain_require_count ROUNDS "${ROUNDS:-3}" 1
-dptrain_bench_setup
-
+dptrain_require_count steps "$steps" 8  # the median leaves out the warm-up and --overlap auto's trial: 7 steps
+dptrain_require_count ROUNDS "${ROUNDS:-2}" 1
 dptrain_config_shape "$config"
+dptrain_bench_setup
 
 dptrain_tokens_per_s() {
   "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" --threads "$threads" --eval-every 0 \
@@ -23,10 +22,9 @@ dptrain_tokens_per_s() {
   dptrain_median_tokens_per_s "$work/run.jsonl"
 }
 pytorch_tokens_per_s() {
-  /usr/bin/python3 "$DPTRAIN_ROOT/scripts/gpt_reference.py" bench --layers "$layers" --width "$width" \
-    --heads "$heads" --seq "$seq" --vocab "$vocab" --batch "$batch" --steps "$steps" --threads "$threads" \
-    ${PYTORCH_FLAGS:-} 2>/dev/null |
-    awk '/^pytorch_tokens_per_s/ {print $2}'
+  dptrain_peer_value pytorch_tokens_per_s /usr/bin/python3 "$DPTRAIN_ROOT/scripts/gpt_reference.py" bench \
+    --layers "$layers" --width "$width" --heads "$heads" --seq "$seq" --vocab "$vocab" --batch "$batch" \
+    --steps "$steps" --warmup 7 --threads "$threads" ${PYTORCH_FLAGS:-}
 }
 
 dptrain_cpu_line

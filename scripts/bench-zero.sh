@@ -6,13 +6,14 @@
 #   scripts/bench-zero.sh              # np 4
 #   NP=2 STEPS=4 scripts/bench-zero.sh
 #
-# MB = 10^6 bytes. "work" = the CPU backend's fp32 working copies; "peak RSS" the largest rank's peak resident set.
+# MB = 10^6 bytes; memory is rank 0's, except "comm" and "peak RSS" (the largest rank's). "work" = the CPU backend's
+# fp32 working copies. "step ms" = the median of the steps after the first (warm-up), with --overlap on (no trial).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 NP=${NP:-4}
 STEPS=${STEPS:-4}
 dptrain_require_count NP "$NP" 1
-dptrain_require_count STEPS "$STEPS" 1
+dptrain_require_count STEPS "$STEPS" 2  # the first is warm-up
 dptrain_build --target dptrain dpbench
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -33,7 +34,7 @@ for entry in "${CONFIGS[@]}"; do
   for stage in 0 1 2 3; do
     log="$work/$name-$stage.jsonl"
     # shellcheck disable=SC2086
-    mpirun -np "$NP" --oversubscribe "$DPTRAIN_BUILD/dptrain" $flags --zero "$stage" --steps "$STEPS" \
+    mpirun -np "$NP" --oversubscribe "$DPTRAIN_BUILD/dptrain" $flags --zero "$stage" --steps "$STEPS" --overlap on \
       --eval-every 0 --eval-windows "$NP" --check-every 0 --quiet --link "$work/link.json" --log "$log" > "$log.out"
     /usr/bin/python3 - "$log" "$name" "$stage" <<'PY'
 import json, statistics, sys
@@ -42,7 +43,7 @@ rows = [json.loads(l) for l in open(path)]
 steps = [r for r in rows if "event" not in r]
 summary = rows[-1]
 mem, sent = summary["memory"], summary["bytes_sent_per_step"]
-step_ms = statistics.median(r["step_ms"] for r in steps[1:] or steps)
+step_ms = statistics.median(r["step_ms"] for r in steps[1:])
 mb = lambda x: x / 1e6
 pair = lambda k: f"{mb(mem[k]['measured']):8.2f}/{mb(mem[k]['modelled']):<8.2f}"
 print(f"{name:<10} {stage:>5} {step_ms:9.1f} | {pair('weights')} {pair('gradients')} {pair('optimizer')} |"

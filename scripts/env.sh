@@ -34,13 +34,27 @@ dptrain_cpu_line() {
     "${OPENBLAS_CORETYPE:+(OpenBLAS pinned to its $OPENBLAS_CORETYPE kernels by OPENBLAS_CORETYPE)}"
 }
 
-# Sets layers, width, heads, seq, vocab and batch from the TOML config $1 (for the PyTorch peers); a key the file
-# leaves out takes dptrain's default, as dptrain itself does.
+# Sets layers, width, heads, seq, vocab and batch from the TOML config $1 (for the PyTorch peers), read as TOML
+# (comments, quoted keys, 1_000); a key the file leaves out takes dptrain's default, as dptrain itself does. A file
+# that is not TOML, or a shape value that is not a whole number, is refused in one line.
 dptrain_config_shape() {
-  value() { grep -E "^$2 *=" "$1" | head -1 | sed 's/.*= *//'; }
-  layers=$(value "$1" layers); width=$(value "$1" width); heads=$(value "$1" heads)
-  seq=$(value "$1" seq); vocab=$(value "$1" vocab); batch=$(value "$1" batch)
-  layers=${layers:-4} width=${width:-256} heads=${heads:-4} seq=${seq:-128} vocab=${vocab:-256} batch=${batch:-16}
+  local shape
+  shape=$(python3 - "$1" 2>&1 <<'PY'
+import sys, tomllib
+try:
+    with open(sys.argv[1], "rb") as f:
+        config = tomllib.load(f)
+except (OSError, tomllib.TOMLDecodeError) as e:
+    sys.exit(f"config '{sys.argv[1]}': {e}")
+defaults = {"layers": 4, "width": 256, "heads": 4, "seq": 128, "vocab": 256, "batch": 16}  # dptrain --help's
+values = [config.get(key, default) for key, default in defaults.items()]
+for key, value in zip(defaults, values):
+    if type(value) is not int or value < 1:
+        sys.exit(f"config '{sys.argv[1]}': {key} = {value!r}, expected a whole number of at least 1")
+print(*values)
+PY
+  ) || dptrain_refuse "$shape"
+  read -r layers width heads seq vocab batch <<< "$shape"
 }
 
 # The bits per second of a rate tc takes: a number and one of tc's units (any case, as tc reads them), at least
@@ -73,13 +87,35 @@ dptrain_require_file() {
   [ -f "$2" ] || dptrain_refuse "$1: no file '$2'"
 }
 
-# Median tokens/s of the steps after the first two (warm-up) of the JSONL log $1.
+# Median tokens/s of the JSONL log $1's steps after the warm-up: the first two, and under --overlap auto (the
+# default) its trial steps too (on and off alternately: the setting the run kept is what is measured). Fails in
+# one line when no step is left.
 dptrain_median_tokens_per_s() {
   /usr/bin/python3 - "$1" <<'PY'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l and '"event"' not in l]
-print(statistics.median(r["tokens_per_s"] for r in rows[2:]))
+records = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in records if "step" in r and "event" not in r]
+summary = next((r for r in records if r.get("event") == "summary"), {})
+choice = summary.get("overlap_choice") or {}
+trial = len(choice.get("trial_on_ms", [])) + len(choice.get("trial_off_ms", [])) if choice.get("mode") == "auto" else 0
+skip = max(2, 1 + trial)
+if len(rows) <= skip:
+    sys.exit(f"{sys.argv[1]}: {len(rows)} steps, none after the {skip} of warm-up and --overlap auto's trial: "
+             f"give more steps")
+print(statistics.median(r["tokens_per_s"] for r in rows[skip:]))
 PY
+}
+
+# Runs a peer's command ($2 ...) and prints the value on its output line that starts with $1; a peer that fails or
+# prints no such line ends the script with its last lines of stderr (needs $work, from dptrain_bench_setup).
+dptrain_peer_value() {
+  local key=$1
+  shift
+  if ! "$@" > "$work/peer.out" 2> "$work/peer.err" || ! grep -q "^$key " "$work/peer.out"; then
+    { echo "$(basename "$0"): the peer failed: $*"; tail -5 "$work/peer.err"; } >&2
+    exit 1
+  fi
+  awk -v key="$key" '$1 == key { print $2 }' "$work/peer.out"
 }
 
 # For the peer benchmarks: the PyTorch packages, the dptrain build, and a work folder $work removed at exit.

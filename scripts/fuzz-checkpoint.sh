@@ -8,10 +8,14 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
+# A whole number of seconds, at least 1 (libFuzzer reads 0 or a word as no limit at all).
+[[ $seconds =~ ^[1-9][0-9]{0,6}$ ]] ||
+  { echo "fuzz-checkpoint: seconds must be a whole number from 1 to 9999999, got '$seconds'" >&2; exit 2; }
 out="${DPTRAIN_FUZZ_BUILD:-$root/build-fuzz}"
 cxx="${CXX_FUZZ:-clang++}"
 command -v "$cxx" >/dev/null || { echo "fuzz-checkpoint: $cxx not found: apt-get install clang libclang-rt-14-dev" >&2; exit 1; }
 mkdir -p "$out"
+rm -f "$out"/crash-* "$out"/leak-* "$out"/oom-* "$out"/timeout-*  # an earlier run's findings: this run's status is its own
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root/include")
 common=("$root/src/train/safetensors.cpp" "$root/src/core/atomic_file.cpp" "$root/src/core/checksum.cpp")
 libs=(-lfmt -lxxhash)

@@ -127,8 +127,6 @@ def adamw(model, lr=3e-4, **options):
 
 
 def bench(args):
-    if args.steps < 3:
-        raise SystemExit(f"gpt_reference: --steps must be at least 3 (2 warm-up + 1 timed), got {args.steps}")
     global USE_SDPA
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -155,13 +153,13 @@ def bench(args):
         elapsed = time.perf_counter() - start
         times.append(elapsed)
         print(f"step {step} loss {loss.item():.4f} time {elapsed * 1e3:.1f} ms"
-              f"{' (warm-up)' if step < 2 else ''}", file=sys.stderr)
-    median = statistics.median(times[2:])
+              f"{' (warm-up)' if step < args.warmup else ''}", file=sys.stderr)
+    median = statistics.median(times[args.warmup:])
     params = sum(p.numel() for p in model.parameters())
     where = f"{torch.cuda.get_device_name()}, BF16 autocast, SDPA{', torch.compile' if args.compile else ''}" \
         if cuda else f"{args.threads} threads{', BF16 autocast' if args.bf16 else ''}"
     print(f"torch {torch.__version__}, {where}, {params} parameters, {tokens_per_step} tokens/step, "
-          f"median step {median * 1e3:.1f} ms over {len(times) - 2} steps", file=sys.stderr)
+          f"median step {median * 1e3:.1f} ms over {len(times) - args.warmup} steps", file=sys.stderr)
     print(f"pytorch_tokens_per_s {tokens_per_step / median:.1f}")
 
 
@@ -192,15 +190,13 @@ def ddp_worker(rank, args, port, result):
         times.append(elapsed)
         if rank == 0:
             print(f"step {step} loss {loss.item():.4f} time {elapsed * 1e3:.1f} ms"
-                  f"{' (warm-up)' if step < 2 else ''}", file=sys.stderr)
+                  f"{' (warm-up)' if step < args.warmup else ''}", file=sys.stderr)
     if rank == 0:
-        result.put(statistics.median(times[2:]))
+        result.put(statistics.median(times[args.warmup:]))
     dist.destroy_process_group()
 
 
 def bench_ddp(args):
-    if args.steps < 3:
-        raise SystemExit(f"gpt_reference: --steps must be at least 3 (2 warm-up + 1 timed), got {args.steps}")
     if args.nproc < 1 or args.batch % args.nproc != 0:
         raise SystemExit(f"gpt_reference: --batch {args.batch} must be divisible by --nproc {args.nproc}")
     import socket
@@ -319,8 +315,11 @@ def check_arguments(args):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             refuse(f"--{name} must be at least 1, got {value}")
-    if args.mode != "check" and args.steps < 3:
-        refuse(f"--steps must be at least 3 (the first 2 are warm-up), got {args.steps}")
+    if args.mode != "check" and args.warmup < 0:
+        refuse(f"--warmup must be at least 0, got {args.warmup}")
+    if args.mode != "check" and args.steps <= args.warmup:
+        refuse(f"--steps must be more than --warmup {args.warmup} (the median is of the steps after it), "
+               f"got {args.steps}")
     if args.mode != "check" and args.width % args.heads:
         refuse(f"--heads {args.heads} must divide --width {args.width}")
     if getattr(args, "device", "cpu") == "cuda" and not torch.cuda.is_available():
@@ -342,8 +341,9 @@ def main():
         p.add_argument("--seq", type=int, default=128)
         p.add_argument("--vocab", type=int, default=256)
         p.add_argument("--batch", type=int, default=16, help="windows per step")
-        p.add_argument("--steps", type=int, default=6, help="steps in all; the first 2 are warm-up, the median of the "
-                                                             "rest is reported")
+        p.add_argument("--steps", type=int, default=6, help="steps in all; the median of those after --warmup is "
+                                                             "reported")
+        p.add_argument("--warmup", type=int, default=2, help="steps left out of the median")
         p.add_argument("--threads", type=int, default=1)
         p.add_argument("--seed", type=int, default=1234)
     b.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

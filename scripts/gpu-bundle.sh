@@ -17,9 +17,17 @@ if [ "${DPTRAIN_BUNDLE_CUDA:-1}" = 0 ]; then
 else
   command -v nvcc >/dev/null ||
     { echo "gpu-bundle: nvcc not found: a bundle without the cuda backend is of no use" >&2; exit 2; }
-  dptrain_build --target dptrain dpbench compute_test dp_test train_test kernels_test
+  # ON said outright: a build folder last configured by DPTRAIN_BUNDLE_CUDA=0 keeps OFF in its cache otherwise.
+  cmake -S "$DPTRAIN_ROOT" -B "$DPTRAIN_BUILD" -DDPTRAIN_CUDA=ON >/dev/null
+  dptrain_build --target dptrain dpbench compute_test dp_test train_test
   programs+=("$DPTRAIN_BUILD/tests/compute/compute_test" "$DPTRAIN_BUILD/tests/dp/dp_test"
              "$DPTRAIN_BUILD/tests/train/train_test")
+  # The programs packed have the cuda backend (without a GPU here, --device cuda is refused for that, not for its
+  # absence from the build).
+  if "$DPTRAIN_BUILD/dptrain" --device cuda --steps 1 2>&1 | grep -q "this build has no CUDA backend"; then
+    echo "gpu-bundle: $DPTRAIN_BUILD/dptrain was built without the cuda backend" >&2
+    exit 2
+  fi
 fi
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT

@@ -16,10 +16,11 @@
 #      backend, the CPU suite's bound, 1e-2 on cuda, whose BF16 activations may round differently; BF16 wire: 1e-2),
 #      no overlap against overlap and a blocking communicator against non-blocking (1e-12: the same additions in the
 #      same order);
-#   3. gpt2-124m at Q = 1024 on 2 ranks, global batch 16, --zero 0..3, 8 steps each: step time, exposed
-#      communication, memory per rank; then global batch 192 (96 windows a rank), where the backward of the two
-#      ranks sharing the GPU takes about as long as the gradients' 249 MB over these sockets: the exposed
-#      communication against the step where the model says the collectives fit inside backward (the goal's case);
+#   3. gpt2-124m at Q = 1024 on 2 ranks, global batch 16, --zero 0..3 with --overlap on (no trial steps in the
+#      medians), 8 steps each: step time, exposed communication, memory per rank; then global batch 192 (96 windows
+#      a rank), where the backward of the two ranks sharing the GPU takes about as long as the gradients' 249 MB
+#      over these sockets: the exposed communication against the step where the model says the collectives fit
+#      inside backward (the goal's case);
 # and writes the summary to $OUT/check-multi-<date>.json (commit it under docs/gpu/).
 # Usage (on the GPU machine, from the repository root): OUT=/some/dir scripts/gpu-check-multi.sh
 # GPU_CHECK_DEVICE=cpu tries the script's own workings where there is no GPU: the training comparisons run on the
@@ -242,7 +243,8 @@ for z in 0 1 2 3; do
   [ "$device" = cuda ] || break
   log "gpt2-124m 2 ranks --zero $z"
   two_ranks 100 "$bin/dptrain" --device cuda --config configs/gpt2-124m.toml --data "$OUT/corpus.txt" --batch 16 \
-    --steps 8 --warmup 2 --eval-every 0 --comm-timeout 60 --zero "$z" --log "$OUT/gpt2-zero$z.jsonl" > "$OUT/gpt2-zero$z.txt" 2>&1
+    --steps 8 --warmup 2 --eval-every 0 --comm-timeout 60 --zero "$z" --overlap on --log "$OUT/gpt2-zero$z.jsonl" \
+    > "$OUT/gpt2-zero$z.txt" 2>&1
   echo "exit $?" >> "$OUT/gpt2-zero$z.txt"
   tail -3 "$OUT/gpt2-zero$z.txt"
 done

@@ -250,9 +250,10 @@ while [ "$b_index" -lt ${#batches[@]} ]; do
     break
   fi
 done
+# The median of steps 6-30, as dptrain's (summary above: the first 5 left out).
 torch_bench() {  # extra flags, output name, seconds; with the machine's own libraries, not the bundle's
   timeout "$3" python3 scripts/gpt_reference.py bench --device cuda --layers 12 --width 768 --heads 12 --seq 1024 \
-    --vocab 50257 --batch "${batch:-16}" --steps 30 $1 > "$OUT/$2.txt" 2>&1
+    --vocab 50257 --batch "${batch:-16}" --steps 30 --warmup 5 $1 > "$OUT/$2.txt" 2>&1
   awk '/^pytorch_tokens_per_s/ {print $2}' "$OUT/$2.txt"
 }
 # The same run with the GEMM attention (--attention gemm: the score products and softmax kernels, the probabilities

@@ -11,6 +11,11 @@ mkdir -p "$OUT" 2>/dev/null && [ -w "$OUT" ] || {
   exit 2
 }
 cd "$root" || exit 2
+# The deadline of the check that sources this: whole seconds, at least 30 (a word or a 0 is no deadline at all).
+[[ ${GPU_CHECK_SECONDS:-} =~ ^([1-9][0-9]{1,5})?$ ]] && (( ${GPU_CHECK_SECONDS:-30} >= 30 )) || {
+  echo "gpu-check: GPU_CHECK_SECONDS must be whole seconds from 30 to 999999, got '$GPU_CHECK_SECONDS'" >&2
+  exit 2
+}
 started=$(date +%s)
 # Each line with the seconds since the start: what each step took, to size the next call's deadline by.
 log() { echo "gpu-check | $(( $(date +%s) - started )) s | $*" | tee -a "$OUT/progress.txt"; }

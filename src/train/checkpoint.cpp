@@ -193,7 +193,7 @@ ResumePoint load_checkpoint(const std::string& dir, DataParallelEngine& engine, 
   const std::string meta_path = (fs::path(step_dir) / "meta.json").string();
   require(fs::exists(meta_path), "checkpoint '{}': meta.json: missing file (expected the step's metadata)",
           step_dir);
-  const CheckpointMeta meta = parse_checkpoint_meta(step_dir, read_file_bytes(meta_path));
+  const CheckpointMeta meta = parse_checkpoint_meta(step_dir, read_file_bytes(meta_path), training_value_check);
   const ModelConfig& model = engine.layout().config();
   require(meta.model == model_json(model), "checkpoint '{}' holds another model shape: {} (this run: {})", step_dir,
           meta.model.dump(), model_json(model).dump());

@@ -7,7 +7,6 @@
 
 #include "dptrain/core/checksum.hpp"
 #include "dptrain/core/error.hpp"
-#include "dptrain/train/option_table.hpp"
 
 namespace dptrain {
 namespace {
@@ -76,7 +75,8 @@ bool plain_file_name(const std::string& name) {
 
 }  // namespace
 
-CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_view text) {
+CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_view text,
+                                     const TrainingValueCheck& training_kind) {
   CheckpointMeta meta;
   try {
     meta.json = nlohmann::json::parse(text);
@@ -125,21 +125,15 @@ CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_vi
     read.bounded("parallel.zero", parallel["zero"], 0, 3);
   }
 
-  // The options of the run that wrote it (what a resume names as changed): each of its option's kind of value;
-  // a key no option has (a later version's) is left alone.
+  // The options of the run that wrote it (what a resume names as changed), each as `training_kind` expects; a key
+  // it knows nothing of (a later version's) is left alone.
   if (meta.json.contains("training")) {
     const nlohmann::json& training = meta.json["training"];
     if (!training.is_object()) read.wrong_type("training", training, "an object of option values");
-    for (const TrainOption& option : train_option_table()) {
-      if (!option.in_checkpoint || !training.contains(option.key())) continue;
-      const nlohmann::json& value = training[option.key()];
-      const bool right = option.kind == ValueKind::whole_number ? value.is_number_integer()
-                         : option.kind == ValueKind::number     ? value.is_number()
-                         : option.kind == ValueKind::boolean    ? value.is_boolean()
-                                                                : value.is_string();
-      if (!right)
-        read.wrong_type("training." + option.key(), value, std::string(value_kind_name(option.kind)).c_str());
-    }
+    if (training_kind)
+      for (const auto& [key, value] : training.items())
+        if (const std::optional<std::string> expected = training_kind(key, value))
+          read.wrong_type("training." + key, value, expected->c_str());
   }
   // Absent in checkpoints of one file (ZeRO 0): the single optimizer.safetensors.
   meta.optimizer_shards = {"optimizer.safetensors"};

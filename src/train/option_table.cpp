@@ -238,6 +238,18 @@ nlohmann::json checkpoint_training_section(const TrainOptions& options) {
   return section;
 }
 
+std::optional<std::string> training_value_check(const std::string& key, const nlohmann::json& value) {
+  for (const TrainOption& option : train_option_table()) {
+    if (!option.in_checkpoint || option.key() != key) continue;
+    const bool right = option.kind == ValueKind::whole_number ? value.is_number_integer()
+                       : option.kind == ValueKind::number     ? value.is_number()
+                       : option.kind == ValueKind::boolean    ? value.is_boolean()
+                                                              : value.is_string();
+    return right ? std::nullopt : std::optional<std::string>(value_kind_name(option.kind));
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> changed_since_checkpoint(const nlohmann::json& saved, const TrainOptions& options) {
   std::vector<std::string> changed;
   for (const TrainOption& option : train_option_table())

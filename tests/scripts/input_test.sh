@@ -24,19 +24,27 @@ refused "demo.sh: DPTRAIN_RANKS must be a whole number of at least 1, got '99999
 refused "bench-train.sh: config: no file '$work/none.toml'" scripts/bench-train.sh "$work/none.toml"
 refused "bench-train.sh: threads must be a whole number of at least 1, got 'abc'" \
   scripts/bench-train.sh configs/tiny.toml abc
-refused "bench-train.sh: steps must be a whole number of at least 3, got '2'" scripts/bench-train.sh configs/tiny.toml 1 2
+refused "bench-train.sh: steps must be a whole number of at least 8, got '7'" scripts/bench-train.sh configs/tiny.toml 1 7
+printf 'layers = 2\nwidth = "wide"\n' > "$work/shape.toml"
+refused "bench-train.sh: config '$work/shape.toml': width = 'wide', expected a whole number of at least 1" \
+  scripts/bench-train.sh "$work/shape.toml"
+printf 'layers = 2 garbage\n' > "$work/broken.toml"
+refused "bench-ddp.sh: config '$work/broken.toml': Expected newline or end of document after a statement (at line 1, \
+column 12)" scripts/bench-ddp.sh "$work/broken.toml"
+printf 'batch = 15  # odd\n' > "$work/odd.toml"
+refused "bench-ddp.sh: the config's global batch 15 is not divisible by 2 ranks" scripts/bench-ddp.sh "$work/odd.toml"
 refused "bench-ddp.sh: ranks must be a whole number of at least 1, got '0'" scripts/bench-ddp.sh configs/tiny.toml 0
 refused "bench-gemm.sh: ROUNDS must be a whole number of at least 1, got '-1'" \
   env ROUNDS=-1 scripts/bench-gemm.sh configs/tiny.toml
 mkdir -p "$work/build" && touch "$work/build/dptrain" "$work/build/dpbench" && chmod +x "$work/build"/*
-refused "bench-compare.sh: STEPS must be a whole number of at least 3, got '1.5'" \
+refused "bench-compare.sh: STEPS must be a whole number of at least 8, got '1.5'" \
   env STEPS=1.5 scripts/bench-compare.sh "$work/build" "$work/build"
 refused "bench-collectives.sh: REPEATS must be a whole number of at least 1, got 'abc'" \
   env REPEATS=abc scripts/bench-collectives.sh
 refused "bench-collectives.sh: NPS must be a whole number of at least 1, got 'two'" \
   env NPS="2 two" scripts/bench-collectives.sh
 refused "bench-model-fit.sh: NPS must be a whole number of at least 2, got '1'" env NPS=1 scripts/bench-model-fit.sh
-refused "bench-overlap.sh: STEPS must be a whole number of at least 3, got '0'" env STEPS=0 scripts/bench-overlap.sh
+refused "bench-overlap.sh: STEPS must be a whole number of at least 8, got '0'" env STEPS=0 scripts/bench-overlap.sh
 refused "bench-zero.sh: NP must be a whole number of at least 1, got 'x'" env NP=x scripts/bench-zero.sh
 refused "bench-hosts.sh: RATE '50 mbit' is not a tc rate (expected a number of at least 8 bit/s and one of tc's units \
 bit, kbit, mbit, gbit, tbit, bps, kbps, mbps, gbps, tbps, e.g. 200mbit)" env RATE="50 mbit" scripts/bench-hosts.sh
@@ -44,6 +52,9 @@ refused "sanitize-kernels.sh: takes no arguments (got: --help; the build folder 
   scripts/sanitize-kernels.sh --help
 refused "gpu-check-all.sh: GPU_CHECK_SECONDS must be a whole number of at least 60, got 'ten'" \
   env GPU_CHECK_SECONDS=ten scripts/gpu-check-all.sh
+refused "gpu-check: GPU_CHECK_SECONDS must be whole seconds from 30 to 999999, got 'ten'" \
+  env GPU_CHECK_SECONDS=ten OUT="$work/gpu" scripts/gpu-check.sh
+refused "fuzz-checkpoint: seconds must be a whole number from 1 to 9999999, got 'abc'" scripts/fuzz-checkpoint.sh abc
 refused "gpu-check-all.sh: GPU_CHECK_SINGLE_SECONDS (300) must leave the two-rank check 30 s of GPU_CHECK_SECONDS (300)" \
   env GPU_CHECK_SECONDS=300 scripts/gpu-check-all.sh
 refused "python-env: usage: scripts/python-env.sh [DIR] (got: --help)" scripts/python-env.sh --help
@@ -61,7 +72,7 @@ path to create)" env OUT="$work/a-file/out" scripts/gpu-check-all.sh
 if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
   reference=scripts/gpt_reference.py
   refused "gpt_reference: --threads must be at least 1, got 0" /usr/bin/python3 $reference bench --threads 0
-  refused "gpt_reference: --steps must be at least 3 (the first 2 are warm-up), got 2" \
+  refused "gpt_reference: --steps must be more than --warmup 2 (the median is of the steps after it), got 2" \
     /usr/bin/python3 $reference bench --steps 2
   refused "gpt_reference: --nproc must be at least 1, got 0" /usr/bin/python3 $reference bench-ddp --nproc 0
   refused "gpt_reference: --safetensors: cannot read '$work/none': No such file or directory" \

@@ -4,7 +4,9 @@
 // a bare JSON library message.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,8 +30,15 @@ struct CheckpointMeta {
   nlohmann::json json;                               // the whole document
 };
 
-// Parses and checks the text of `step_dir`/meta.json. Throws UserError (any input: fuzzed).
-CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_view text);
+// For a value of meta.json's "training" object: what its key's option expects ("a whole number (e.g. 4)") where the
+// value is not that, nullopt where it is or the key is no option's.
+using TrainingValueCheck =
+    std::function<std::optional<std::string>(const std::string& key, const nlohmann::json& value)>;
+
+// Parses and checks the text of `step_dir`/meta.json, the "training" values with `training_kind` where given.
+// Throws UserError (any input: fuzzed).
+CheckpointMeta parse_checkpoint_meta(const std::string& step_dir, std::string_view text,
+                                     const TrainingValueCheck& training_kind = nullptr);
 
 // Sets meta["meta_checksum"] to the XXH64 of the document without that key, as compact JSON text (nlohmann::json
 // keeps keys sorted, and its numbers read back to the same text): a flipped byte anywhere in meta.json — a step, a

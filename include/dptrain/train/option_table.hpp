@@ -5,6 +5,7 @@
 // new option cannot be parsed but forgotten by the other two.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ std::vector<AgreedValue> values_every_rank_shares(const TrainOptions& options);
 
 // The "training" section of a checkpoint's meta.json: {key(): value} of the entries marked in_checkpoint.
 nlohmann::json checkpoint_training_section(const TrainOptions& options);
+
+// What a checkpoint's recorded value of option `key` should be, where it is not (parse_checkpoint_meta's check).
+std::optional<std::string> training_value_check(const std::string& key, const nlohmann::json& value);
 
 // The recorded options whose value differs from a checkpoint's "training" section, as "--steps 80 (was 50)", in
 // table order; a key the section lacks (an older checkpoint) is not compared.
