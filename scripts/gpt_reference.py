@@ -282,7 +282,16 @@ def check(args):
                              f"expected {list(state[name].shape)}")
     model.load_state_dict({name: torch.from_numpy(value) for name, value in tensors.items()})
     if args.tokens:
-        windows = torch.from_numpy(np.fromfile(args.tokens, dtype="<i4").astype(np.int64)).view(-1, seq + 1)
+        if not os.path.isfile(args.tokens):
+            refuse(f"--tokens: no file '{args.tokens}'")
+        ids = np.fromfile(args.tokens, dtype="<i4")
+        if ids.size == 0 or ids.size % (seq + 1) or os.path.getsize(args.tokens) % 4:
+            refuse(f"--tokens: '{args.tokens}' holds {os.path.getsize(args.tokens)} bytes, expected whole windows of "
+                   f"{seq + 1} int32 tokens ({4 * (seq + 1)} bytes each), at least one")
+        if ids.min() < 0 or ids.max() >= vocab:
+            refuse(f"--tokens: '{args.tokens}' holds token {int(ids.min() if ids.min() < 0 else ids.max())}, "
+                   f"outside the vocabulary [0, {vocab})")
+        windows = torch.from_numpy(ids.astype(np.int64)).view(-1, seq + 1)
     else:
         windows = torch.randint(0, vocab, (args.batch, seq + 1), generator=torch.Generator().manual_seed(args.seed))
     loss = model(windows[:, :-1], windows[:, 1:])

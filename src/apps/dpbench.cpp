@@ -231,6 +231,9 @@ std::optional<Options> parse_options(int argc, char** argv, bool print) {
     options.ring_piece_bytes = SIZE_MAX;
   else if (app.count("--ring-piece") > 0)
     options.ring_piece_bytes = parse_size(piece, "--ring-piece");
+  require(options.ring_piece_bytes >= element_size(options.dtype),
+          "--ring-piece {}: smaller than one {} element ({} bytes)", piece, dtype_name(options.dtype),
+          element_size(options.dtype));
   require(app.count("--schedule-count") == 0 || app.count("--schedule") > 0,
           "--schedule-count needs --schedule RANKS");
   if (app.count("--schedule") > 0) {

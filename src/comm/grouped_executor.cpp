@@ -69,7 +69,10 @@ void GroupedExecutor::run(StepStreams& streams, const Schedule& schedule, void* 
                           const ReduceAdd& reduce_add, Scratch& scratch, std::size_t piece_bytes) {
   const std::size_t element = element_size(dtype);
   const Plan plan = GroupedExecutor::plan(schedule, std::max<std::size_t>(1, piece_bytes / element));
-  if (plan.steps.empty()) return;
+  if (plan.steps.empty()) {  // one rank, or no elements: nothing moves, but the operation still ends (and is timed)
+    streams.finish();
+    return;
+  }
   auto* base = static_cast<std::byte*>(data);
   auto* slots = static_cast<std::byte*>(scratch.get(plan.slots * plan.slot_elements * element));
   auto at = [&](ElementRange range) { return base + range.begin * element; };

@@ -102,6 +102,7 @@ check_bad_input "--nccl-blocking: expected true or false, got 'maybe'" --nccl-bl
 check_bad_input "--ring-piece: bad size '' (expected bytes with an optional K, M or G suffix, e.g. 8, 1K, 256M)" \
   --ring-piece ""
 check_bad_input "-b 1: smaller than one bf16 element (2 bytes)" -b 1 -e 8
+check_bad_input "--ring-piece 2: smaller than one fp32 element (4 bytes)" -d fp32 --ring-piece 2
 check_bad_input "-e: size '17179869185G' does not fit in 64 bits" -e 17179869185G
 check_bad_input "--json: expected a file name, got ''" --json ""
 check_bad_input "--comm-timeout must be in (0, 1e6] seconds, got 0" --comm-timeout 0
