@@ -217,13 +217,17 @@ Trainer::Evaluation Trainer::evaluate() {
   const std::size_t W = std::size_t(options_.model.seq + 1);
   const std::size_t round = local_windows_;                          // --batch / ranks, the same on every rank
   const std::size_t rounds = ((E + R - 1) / R + round - 1) / round;  // for the rank with the most windows
+  // The stop requests are exchanged after every 64 windows a rank or more (one small collective each): for a few
+  // windows a step, after every round it would cost as much as the rounds.
+  constexpr std::size_t kWindowsBetweenStopChecks = 64;
+  const std::size_t rounds_per_check = (kWindowsBetweenStopChecks + round - 1) / round;
   double local = 0;
   for (std::size_t k = 0; k < rounds; ++k) {
     const std::size_t from = std::min(end, begin + k * round), to = std::min(end, from + round);
     for (std::size_t i = from; i < to; ++i) data_->val_window(i, E, windows_.data() + (i - from) * W);
     // Every rank calls loss_sum, windows or not: from ZeRO-3 on it gathers the weights.
     local += engine_->loss_sum(windows_.data(), to - from);
-    if (k + 1 == rounds) break;
+    if (k + 1 == rounds || (k + 1) % rounds_per_check != 0) continue;
     if (const int stop = agreed_stop_signal(); stop != 0) return {.loss = std::nullopt, .stop_signal = stop};
   }
   double total = 0;

@@ -49,7 +49,7 @@ class Trainer {
 
  private:
   // The validation loss over --eval-windows fixed windows, in rounds of one step's share of windows per rank (the
-  // buffer windows_ again): between rounds the ranks agree whether a stop signal arrived, so that a long
+  // buffer windows_ again): every 64 windows a rank the ranks agree whether a stop signal arrived, so that a long
   // evaluation neither holds up a stop nor needs memory for all its windows at once. Collective.
   struct Evaluation {
     std::optional<double> loss;  // absent when a signal cut the evaluation short
