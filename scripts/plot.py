@@ -21,7 +21,7 @@ import os
 import sys
 
 # The step record's fields that are plotted: numbers, or null where the value was not finite.
-STEP_FIELDS = ("step", "loss", "val_loss", "step_ms", "step_model_ms", "comm_ms", "comm_model_ms")
+STEP_FIELDS = ("step", "loss", "val_loss", "step_ms", "step_model_ms", "comm_ms", "transfer_ms", "comm_model_ms")
 BENCH_EXPECTED = "expected the JSON array of rows that dpbench --json writes (op, algo, size, time_us, ranks)"
 
 
@@ -172,7 +172,8 @@ def plot_step_time(steps, out, plt):
     s = [r["step"] for r in steps]
     fig, ax = plt.subplots(figsize=(7, 4))
     for key, style, label in (("step_ms", "-", "step, measured"), ("step_model_ms", "--", "step, modelled"),
-                              ("comm_ms", "-", "communication, measured"),
+                              ("comm_ms", ":", "communication, wall time (transfer + skew)"),
+                              ("transfer_ms", "-", "communication, transfer (what the model predicts)"),
                               ("comm_model_ms", "--", "communication, modelled")):
         if any((r.get(key) or 0) > 0 for r in steps):  # a log scale: a run of one rank has no communication
             ax.plot(s, series(steps, key), style, label=label)

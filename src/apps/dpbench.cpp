@@ -38,6 +38,7 @@
 #include "dptrain/cost/fit.hpp"
 #include "dptrain/cost/link.hpp"
 #include "dptrain/train/cli_checks.hpp"
+#include "dptrain/train/mpi_world.hpp"
 #include "dptrain/train/run_transport.hpp"
 #if DPTRAIN_HAVE_NCCL
 #include "dptrain/comm/nccl_transport.hpp"
@@ -324,11 +325,9 @@ struct Bench {
 Placement local_placement() {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local_rank = 0, local_size = 1;
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_size);
+  const DeviceGroup group = device_group(node);  // the node's ranks that see the same GPUs
   MPI_Comm_free(&node);
-  return placement_from_environment(local_rank, local_size);
+  return placement_from_environment(group.rank, group.size);
 }
 
 // Why this rank cannot run on `device` ("" when it can): no CUDA in the build, no usable GPU, too few GPUs, no NCCL.

@@ -90,7 +90,8 @@ std::string schedule_text(Algorithm algorithm, CollectiveOp op, int size, std::s
     for (const Schedule& s : schedules[rank]) elements += s.elements_sent();
     sends += fmt::format("{}r{} {}", rank == 0 ? "" : ", ", rank, elements);
   }
-  text += fmt::format("{} rounds; elements each rank sends: {}\n", round_number, sends);
+  text +=
+      fmt::format("{} round{}; elements each rank sends: {}\n", round_number, round_number == 1 ? "" : "s", sends);
   bool same = true;
   for (int rank = 1; rank < size; ++rank) same = same && values[rank] == values[0];
   if (same) return text + fmt::format("every rank holds: {}\n", values_text(values[0]));

@@ -40,7 +40,7 @@ std::string backend_unavailable(std::string_view name, Placement placement) {
   if (placement.local_size > gpus * placement.ranks_per_gpu)
     return fmt::format(
         "--device cuda: {} ranks on this node but {} GPU(s) visible ({} rank(s) per GPU; start at "
-        "most {} ranks per node or set CUDA_VISIBLE_DEVICES)",
+        "most {} ranks per node, or give each rank its own GPUs with a CUDA_VISIBLE_DEVICES per rank)",
         placement.local_size, gpus, placement.ranks_per_gpu, gpus * placement.ranks_per_gpu);
   return "";
 #else

@@ -16,27 +16,37 @@ namespace dptrain {
 
 namespace {
 
-constexpr double kCpuElementBytes = 4;  // the cpu backend's activations, compute weights and local gradient: fp32
-constexpr double kTokenBytes = 4;       // a token of a window on the host (int32)
+constexpr double kTokenBytes = 4;  // a token of a window on the host (int32)
 
 }  // namespace
 
-RunMemoryEstimate estimate_run_memory(const TrainOptions& o, int ranks) {
+BackendFootprint footprint_of(const Backend& backend, const ModelConfig& m) {
+  return {.activation_bytes = double(element_size(backend.activation_dtype())),
+          .gradient_bytes = double(element_size(backend.gradient_dtype())),
+          // Views are copies where the operations read another type than the BF16 weights (the cpu's fp32).
+          .view_bytes = backend.weight_dtype() == DType::bf16 ? 0.0 : double(element_size(backend.weight_dtype())),
+          .attention_saved_bytes =
+              double(backend.attention_saved_bytes(std::size_t(m.seq), std::size_t(m.width), std::size_t(m.heads)))};
+}
+
+RunMemoryEstimate estimate_run_memory(const TrainOptions& o, int ranks, const BackendFootprint& b) {
   RunMemoryEstimate e;
   const double d = std::max(1, ranks);
   e.parameters = double(parameter_count(o.model));
   // The ZeRO formula (weights, wire gradient, fp32 master and Adam moments, sharded by stage), plus the working
-  // copies: the fp32 local gradient, which every stage keeps whole, and the fp32 compute weights the cpu backend's
-  // views hold, of the whole model to stage 2 and at stage 3 of the units in flight (two, at most the largest).
+  // copies: the local gradient, which every stage keeps whole, and the compute views of the weights (the cpu
+  // backend's fp32 mirror; none on a GPU), of the whole model to stage 2 and at stage 3 of the units in flight
+  // (two, at most the largest).
   const double grad_bytes = double(element_size(o.grad_dtype));
   const UnitPlan plan(ParameterLayout(o.model), bucket_bytes(o.bucket_mb), element_size(o.grad_dtype), ranks);
   const double viewed = o.zero == 3 ? 2 * double(plan.largest_padded()) : e.parameters;
   e.model_state_bytes = cost::zero_memory_per_rank(o.zero, e.parameters, ranks, grad_bytes).total_bytes() +
-                        kCpuElementBytes * (e.parameters + viewed);
+                        b.gradient_bytes * e.parameters + b.view_bytes * viewed;
   const double local_windows = double(o.batch) / d;
   const double micro_windows = local_windows / std::max(1, o.grad_accum);
-  e.activation_bytes = activation_arena_bytes(o.model, micro_windows, kCpuElementBytes, kCpuElementBytes,
-                                              double(o.model.seq) * o.model.seq * kCpuElementBytes);
+  const double saved =
+      b.attention_saved_bytes > 0 ? b.attention_saved_bytes : double(o.model.seq) * o.model.seq * b.activation_bytes;
+  e.activation_bytes = activation_arena_bytes(o.model, micro_windows, b.activation_bytes, b.gradient_bytes, saved);
   // The batch's token windows (the evaluation reads its windows into the same buffer, a round at a time).
   e.window_bytes = local_windows * (double(o.model.seq) + 1) * kTokenBytes;
   return e;

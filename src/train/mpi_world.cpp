@@ -5,11 +5,14 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/error.hpp"
+#include "dptrain/core/hash.hpp"
 
 namespace dptrain {
 
@@ -25,7 +28,25 @@ MpiWorld::MpiWorld(int& argc, char**& argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_rank(node, &local_rank_);
+  const DeviceGroup group = device_group(node);
+  device_rank_ = group.rank;
+  device_size_ = group.size;
   MPI_Comm_free(&node);
+}
+
+DeviceGroup device_group(MPI_Comm node) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string seen = visible ? std::string("=") + visible : std::string("unset");
+  const int color = int(fnv1a(seen.data(), seen.size()) & 0x7fffffff);  // equal values, one group (MPI_Comm_split)
+  int node_rank = 0;
+  MPI_Comm_rank(node, &node_rank);
+  MPI_Comm group;
+  MPI_Comm_split(node, color, node_rank, &group);
+  DeviceGroup result;
+  MPI_Comm_rank(group, &result.rank);
+  MPI_Comm_size(group, &result.size);
+  MPI_Comm_free(&group);
+  return result;
 }
 
 MpiWorld::~MpiWorld() { MPI_Finalize(); }

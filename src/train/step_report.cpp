@@ -66,7 +66,8 @@ StepReport step_report(const RunShape& run, int step, double lr, double seconds,
   report.line += fmt::format(" | MFU {:.1f}%", 100 * mfu);
   if (run.ranks > 1)
     report.line += fmt::format(
-        " | comm {:.1f} ms = transfer {:.1f} (model {:.1f}) + skew {:.1f} {}B | exposed {:.1f} ms (model {:.1f})",
+        " | comm {:.1f} ms = transfer {:.1f} (model {:.1f}) + skew {:.1f}, {}B sent | exposed {:.1f} ms (model "
+        "{:.1f})",
         1e3 * comm.seconds, 1e3 * comm.transfer_seconds, 1e3 * comm.model_seconds, 1e3 * comm.skew_seconds,
         human_count(double(comm.bytes_sent)), 1e3 * result.exposed_comm_s, 1e3 * comm.exposed_model_seconds);
   if (val_loss) report.line += fmt::format(" | val {:.4f}", *val_loss);

@@ -44,7 +44,7 @@ double unsigned_nan(double x) { return std::isnan(x) ? std::fabs(x) : x; }
 Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
   validate(options_, world_.size());
   overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
-  placement_ = placement_from_environment(world_.local_rank(), world_.local_size());
+  placement_ = placement_from_environment(world_.device_rank(), world_.device_size());
   // --cpu-gemm auto: OpenBLAS until connect() has timed the libraries on every rank (before the first GEMM).
   cpu_gemm_ = std::make_shared<CpuGemm>(make_cpu_gemm(initial_cpu_gemm(options_.cpu_gemm, host_cpu_)));
   backend_ = make_backend(options_.device == "auto" ? auto_backend_name() : options_.device, placement_, cpu_gemm_,
@@ -59,7 +59,7 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   // Before anything large is allocated: a run that cannot fit is refused with the estimate and what is available
   // (the GPU's free memory, shared by the ranks placed on it; else the host's, shared by the node's ranks).
   const bool own_memory = backend_->device().memory_free() > 0;
-  require_memory_fits(estimate_run_memory(options_, world_.size()), options_,
+  require_memory_fits(estimate_run_memory(options_, world_.size(), footprint_of(*backend_, options_.model)), options_,
                       own_memory ? placement_.ranks_per_gpu : world_.local_size(),
                       own_memory ? double(backend_->device().memory_free()) : available_memory_bytes());
   threads_ = options_.threads > 0
@@ -279,12 +279,17 @@ int Trainer::run() {
       "| all-reduce {} over {}",
       world_.size(), threads_, options_.batch, m.seq, tokens_per_step, options_.grad_accum,
       dtype_name(options_.grad_dtype), options_.allreduce, transport_.name));
+  // The trial's steps, counted in this run (a resumed run times it again); a run shorter than it keeps overlap on.
+  const int run_steps = options_.steps - first_step_, trial_end = 1 + 2 * OverlapChoice::kTrialPairs;
+  const std::string auto_text =
+      run_steps >= trial_end
+          ? fmt::format("auto (on and off timed alternately on this run's steps 2-{}, the faster kept)", trial_end)
+          : fmt::format(
+                "auto (this run's {} step(s) are fewer than the trial's {}: on and off alternately after "
+                "step 1, no choice made)",
+                run_steps, trial_end);
   say(fmt::format("dptrain | ZeRO {} | {} units (bucket {} MiB) | overlap {}", options_.zero, plan.units().size(),
-                  options_.bucket_mb,
-                  overlap_choice_.mode() == "auto"
-                      ? fmt::format("auto (on and off timed alternately on steps 2-{}, the faster kept)",
-                                    1 + 2 * OverlapChoice::kTrialPairs)
-                      : overlap_choice_.mode()));
+                  options_.bucket_mb, overlap_choice_.mode() == "auto" ? auto_text : overlap_choice_.mode()));
   say(fmt::format("dptrain | device {} ({}){} | attention {} | link {} | peak {:.1f} GFLOP/s per rank ({})",
                   backend_->name(),
                   backend_->name() == "cpu" ? "sgemm " + cpu_gemm_choice_.description() : backend_->device().name(),

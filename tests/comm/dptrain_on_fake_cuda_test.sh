@@ -93,6 +93,21 @@ for run, bound in [("w2-resumed", 0.0), ("w3-resumed", 1e-2)]:
 sys.exit(1 if failed else 0)
 PY
 
+# GPUs are shared out among the ranks that see the same ones: two ranks each given a device of its own (a
+# CUDA_VISIBLE_DEVICES per rank, as a scheduler's --gpus-per-task sets it) take the one each sees, without
+# DPTRAIN_RANKS_PER_GPU; the same two seeing the same one device are refused, naming the count.
+visible() {  # VALUE-OR-RANK NAME: two ranks with CUDA_VISIBLE_DEVICES set to VALUE, or to their rank with "rank"
+  timeout 100 env -u DPTRAIN_RANKS_PER_GPU "$mpiexec" -n 2 --oversubscribe bash -c \
+    'CUDA_VISIBLE_DEVICES=$([ "$0" = rank ] && echo "$OMPI_COMM_WORLD_RANK" || echo "$0") exec "$@"' "$1" \
+    "$dptrain" --device cuda --data "$out/corpus.txt" --vocab 256 --seq 8 --layers 1 --width 32 --heads 2 --batch 6 \
+    --steps 2 --eval-every 0 --peak-tflops 1 --link alpha=20us,bw=5GB/s --quiet > "$out/$2.txt" 2>&1
+}
+visible rank own || { cat "$out/own.txt"; fail "two ranks with a device each were refused"; }
+status=0
+visible 0 shared || status=$?
+[ "$status" = 2 ] && grep -q "dptrain: --device cuda: 2 ranks on this node but 1 GPU(s) visible" "$out/shared.txt" ||
+  { cat "$out/shared.txt"; fail "two ranks seeing one device: exit $status, expected 2 and the count"; }
+
 # A stalled group (the third this process issues, in the first step) on every rank.
 status=0
 FAKE_NCCL_STALL_GROUP=3 timeout 60 "$mpiexec" -n 2 --oversubscribe "$dptrain" --device cuda --data "$out/corpus.txt" \

@@ -58,7 +58,7 @@ TEST(StepReport, LineAndRecordOfAStep) {
   const StepReport report = step_report(kRun, 4, 1e-3, 0.01, result, comm, 4.5);
   EXPECT_EQ(report.line,
             "step 4/30 | loss 5.0000 | lr 1.0e-03 | norm 2.000 | 10.0 ms | 12.8k tok/s | MFU 60.0% | comm 2.0 ms "
-            "= transfer 1.5 (model 3.0) + skew 0.5 68.5kB | exposed 1.0 ms (model 1.5) | val 4.5000");
+            "= transfer 1.5 (model 3.0) + skew 0.5, 68.5kB sent | exposed 1.0 ms (model 1.5) | val 4.5000");
   const nlohmann::json& r = report.record;
   EXPECT_EQ(r["step"], 4);
   EXPECT_DOUBLE_EQ(r["tokens_per_s"].get<double>(), 12800.0);

@@ -285,6 +285,9 @@ TEST_F(ZeroStages, TheTreesBytesAreItsRootsAndOnlyItsAllReduceIsModelled) {
   }
   const RunResult sharded = run(3, "--grad-dtype fp32 --batch 12 --steps 2 --allreduce tree --zero 1", 2);
   EXPECT_TRUE(sharded.summary["bytes_sent_per_step"]["modelled"].is_null()) << sharded.summary.dump();
+  // Their times are modelled as the ring's, and the rows say so.
+  for (const auto& row : sharded.summary["collectives"])
+    EXPECT_EQ(row.value("modelled_as", std::string()), row["op"] == "all_reduce" ? "" : "ring") << row.dump();
   EXPECT_GT(sharded.summary["bytes_sent_per_step"]["measured"].get<double>(), 0.0);
 }
 

@@ -3,6 +3,8 @@
 // on some ranks prints `rank R: message` on each of them and still ends every rank; an error during training
 // aborts the whole job (MPI_Abort) so no rank waits forever for a peer that is gone.
 #pragma once
+#include <mpi.h>
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -10,6 +12,16 @@
 #include <vector>
 
 namespace dptrain {
+
+// The ranks of the node communicator `node` that see the same GPUs, as (this rank's index among them, their
+// count). Ranks see the same GPUs when their CUDA_VISIBLE_DEVICES are equal (set or not): a scheduler that gives each
+// rank its own device (Slurm's --gpus-per-task, a CUDA_VISIBLE_DEVICES per rank) makes each a group of one, which
+// takes the one device it sees; ranks of one launch on a node of 8 visible GPUs are one group, which shares them
+// out by index. Collective over `node`.
+struct DeviceGroup {
+  int rank = 0, size = 1;
+};
+DeviceGroup device_group(MPI_Comm node);
 
 class MpiWorld {
  public:
@@ -20,8 +32,12 @@ class MpiWorld {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  int local_size() const { return local_size_; }  // ranks sharing this node
-  int local_rank() const { return local_rank_; }  // this rank among them (its GPU)
+  int local_size() const { return local_size_; }  // ranks sharing this node (its cores, its memory)
+  int local_rank() const { return local_rank_; }  // this rank among them
+  // The ranks of this node that see the same GPUs (device_group), and this rank among them: how the GPUs are
+  // shared out (its GPU is device_rank() / ranks per GPU of those it sees).
+  int device_size() const { return device_size_; }
+  int device_rank() const { return device_rank_; }
 
   void barrier() const;
   // Σ over ranks of one double, added in rank order (bitwise the same on every rank).
@@ -50,7 +66,7 @@ class MpiWorld {
   [[noreturn]] void abort(const std::string& message, int code) const;
 
  private:
-  int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0;
+  int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0, device_size_ = 1, device_rank_ = 0;
   int thread_level_ = 0;  // what MPI_Init_thread provided
 };
 
