@@ -139,7 +139,9 @@ double DataParallelEngine::loss_sum(const std::int32_t* windows, std::size_t n) 
   std::size_t passes = (n + chunk - 1) / chunk;
   // From stage 3 on every pass gathers the weights unit by unit: every rank makes as many passes as the rank
   // with the most windows (the extra ones over no windows).
-  if (settings_.zero_stage == 3) executor_.run([&] { passes = std::size_t(group_.max_scalar(double(passes))); });
+  if (settings_.zero_stage == 3)
+    run_on_comm_executor([&] { passes = std::size_t(group_.max_scalar(double(passes))); },
+                         "the exchange of the evaluation's passes");
   double* total = accumulators_.as<double>();
   device().zero(total, sizeof(double));
   for (std::size_t k = 0; k < passes; ++k) {

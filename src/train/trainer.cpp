@@ -492,8 +492,9 @@ void Trainer::summarise(const RunShape& run, const RunTotals& totals, const std:
 
 void Trainer::gather_trace() {
   if (options_.trace.empty()) return;
-  const std::vector<std::string> events =
-      world_.gather_to_first(trace_events(engine_->timeline().take(), world_.rank()).dump());
+  const std::string mine = trace_events(engine_->timeline().take(), world_.rank()).dump();
+  std::vector<std::string> events;  // watched, as every exchange between steps: a rank that stops ends the job
+  engine_->run_on_comm_executor([&] { events = world_.gather_to_first(mine); }, "the gather of trace events");
   if (world_.rank() == 0) {
     write_trace(options_.trace, events);
     say(fmt::format("dptrain | trace of {} rank(s) written to {}", world_.size(), options_.trace));
