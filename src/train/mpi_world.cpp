@@ -24,14 +24,18 @@ MpiWorld::MpiWorld(int& argc, char**& argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level_);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &local_size_);
-  MPI_Comm_rank(node, &local_rank_);
-  const DeviceGroup group = device_group(node);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_);
+  MPI_Comm_size(node_, &local_size_);
+  MPI_Comm_rank(node_, &local_rank_);
+  const DeviceGroup group = device_group(node_);
   device_rank_ = group.rank;
   device_size_ = group.size;
-  MPI_Comm_free(&node);
+}
+
+double MpiWorld::node_minimum(double x) const {
+  double minimum = x;
+  MPI_Allreduce(&x, &minimum, 1, MPI_DOUBLE, MPI_MIN, node_);
+  return minimum;
 }
 
 DeviceGroup device_group(MPI_Comm node) {
@@ -49,7 +53,10 @@ DeviceGroup device_group(MPI_Comm node) {
   return result;
 }
 
-MpiWorld::~MpiWorld() { MPI_Finalize(); }
+MpiWorld::~MpiWorld() {
+  MPI_Comm_free(&node_);
+  MPI_Finalize();
+}
 
 void MpiWorld::barrier() const { MPI_Barrier(MPI_COMM_WORLD); }
 

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -17,7 +16,6 @@
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/cpu_info.hpp"
 #include "dptrain/core/error.hpp"
-#include "dptrain/core/hash.hpp"
 #include "dptrain/core/timer.hpp"
 #include "dptrain/cost/hardware.hpp"
 #include "dptrain/train/checkpoint.hpp"
@@ -237,16 +235,8 @@ Trainer::Evaluation Trainer::evaluate() {
 
 double Trainer::trace_origin() {
   const double mine = now_seconds();
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(name, &length);
-  const double host = double(fnv1a(name, std::size_t(length)) >> 12);  // 52 bits: exact in a double
-  std::vector<double> all;  // [ranks × (origin, host)]
-  const std::vector<double> pair = {mine, host};
-  engine_->run_on_comm_executor([&] { all = world_.all_gather(pair); }, "the exchange of trace origins");
   double origin = mine;
-  for (std::size_t r = 0; r < all.size(); r += 2)
-    if (all[r + 1] == host) origin = std::min(origin, all[r]);
+  engine_->run_on_comm_executor([&] { origin = world_.node_minimum(mine); }, "the exchange of trace origins");
   return origin;
 }
 

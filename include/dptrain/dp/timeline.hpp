@@ -26,7 +26,6 @@ class Timeline {
   // Times are measured always (the step's exposed communication needs them); events are kept only if recording.
   void record(bool on) { recording_ = on; }
   bool recording() const { return recording_; }
-  void reset_origin() { origin_ = std::chrono::steady_clock::now(); }
   // The origin at `steady_seconds` on the steady clock (now_seconds()'s reading): another rank's on the same host.
   void set_origin(double steady_seconds) {
     origin_ = std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(

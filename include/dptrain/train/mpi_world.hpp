@@ -36,6 +36,8 @@ class MpiWorld {
   int local_rank() const { return local_rank_; }  // this rank among them
   // The ranks of this node that see the same GPUs (device_group), and this rank among them: how the GPUs are
   // shared out (its GPU is device_rank() / ranks per GPU of those it sees).
+  // The minimum of x over the ranks of this node (e.g. the earliest reading of the node's steady clock).
+  double node_minimum(double x) const;
   int device_size() const { return device_size_; }
   int device_rank() const { return device_rank_; }
 
@@ -67,6 +69,7 @@ class MpiWorld {
 
  private:
   int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0, device_size_ = 1, device_rank_ = 0;
+  MPI_Comm node_ = MPI_COMM_NULL;  // the ranks sharing this node (MPI_COMM_TYPE_SHARED)
   int thread_level_ = 0;  // what MPI_Init_thread provided
 };
 
