@@ -16,7 +16,11 @@ int main(int argc, char** argv) {
   const int setup = world.agree(
       [&] {
         world.require_thread_multiple();
+        // The set-up's exchanges end the job when a peer does not join them within --comm-timeout (its default
+        // on a rank whose options did not parse).
+        world.set_exchange_timeout(dptrain::TrainOptions{}.comm_timeout);
         options = dptrain::parse_train_options(argc, argv, world.rank() == 0);
+        if (options) world.set_exchange_timeout(options->comm_timeout);
         if (options) trainer = std::make_unique<dptrain::Trainer>(*options, world);
       },
       "dptrain");

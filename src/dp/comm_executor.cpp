@@ -18,6 +18,10 @@ CommExecutor::~CommExecutor() {
 
 CommExecutor::Ticket CommExecutor::submit(std::function<void()> task, std::string what) {
   std::lock_guard lock(mutex_);
+  if (dropping_) {  // a task has thrown and the ranks no longer agree: nothing more runs
+    ++completed_;
+    return ++submitted_;
+  }
   tasks_.emplace_back(std::move(task), std::move(what));
   queued_.notify_one();
   return ++submitted_;
@@ -70,6 +74,7 @@ void CommExecutor::loop() {
     ++completed_;
     if (error) {
       error_ = error;
+      dropping_ = true;
       completed_ += tasks_.size();
       tasks_.clear();
     }

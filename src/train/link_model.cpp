@@ -49,7 +49,8 @@ LinkSource link_from_spec(const std::string& spec) {
   }
 }
 
-LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t max_bytes, double budget_seconds) {
+LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t max_bytes, double budget_seconds,
+                          const WatchedExchange& watched) {
   const int p = collectives.size();
   if (p == 1) return {cost::Link{0, 1e30}, "single rank: no link"};
   const Stopwatch total;
@@ -63,19 +64,22 @@ LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t 
   std::byte first{};
   memory.download(&first, buffer.data(), 1);
   for (std::size_t bytes = 1 << 12; bytes <= buffer.bytes(); bytes *= 4) {
-    const std::size_t count = bytes / 2;                        // BF16 elements
-    collectives.all_reduce(buffer.data(), count, DType::bf16);  // warm-up
-    double local = 0;
-    const int iterations = 3;
-    for (int i = 0; i < iterations; ++i) {
-      const Stopwatch watch;
-      collectives.all_reduce(buffer.data(), count, DType::bf16);
-      local += watch.seconds() / iterations;
-    }
-    // The slowest rank sets the collective's time, and every rank must fit the same samples.
-    double slowest = 0, elapsed = total.seconds(), elapsed_max = 0;
-    MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(&elapsed, &elapsed_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const std::size_t count = bytes / 2;  // BF16 elements
+    double slowest = 0, elapsed_max = 0;
+    watched(fmt::format("the link calibration's all-reduces of {} KiB", bytes >> 10), [&] {
+      collectives.all_reduce(buffer.data(), count, DType::bf16);  // warm-up
+      double local = 0;
+      const int iterations = 3;
+      for (int i = 0; i < iterations; ++i) {
+        const Stopwatch watch;
+        collectives.all_reduce(buffer.data(), count, DType::bf16);
+        local += watch.seconds() / iterations;
+      }
+      // The slowest rank sets the collective's time, and every rank must fit the same samples.
+      double elapsed = total.seconds();
+      MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      MPI_Allreduce(&elapsed, &elapsed_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    });
     samples.push_back({cost::Collective::ring_all_reduce, p, double(bytes), slowest});
     if (elapsed_max > budget_seconds / 2) break;  // the next size costs about four times as much
   }

@@ -151,6 +151,11 @@ void MpiWorld::require_thread_multiple() const {
   if (const auto problem = thread_support_problem(thread_level_)) fail("{}", *problem);
 }
 
+void MpiWorld::watched(const std::string& what, const std::function<void()>& exchange) const {
+  if (size_ == 1 || exchange_timeout_s_ <= 0) return exchange();
+  watch_.run(what, exchange_timeout_s_, exchange);
+}
+
 int MpiWorld::agree(const std::function<void()>& setup, const char* program) const {
   int code = 0;
   std::string message;
@@ -167,8 +172,10 @@ int MpiWorld::agree(const std::function<void()>& setup, const char* program) con
     message = e.what();
   }
   int worst = 0, failed = code != 0, failed_ranks = 0;
-  MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(&failed, &failed_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  watched("the check that every rank's set-up succeeded", [&] {
+    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&failed, &failed_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  });
   if (worst == 0) return 0;
   if (failed_ranks == size_) {
     // Every rank failed; the first one speaks for all (with a single rank this is the plain error line).

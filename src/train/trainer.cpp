@@ -136,19 +136,26 @@ void Trainer::connect() {
   // --cpu-gemm by-cpu may resolve differently on hosts with different CPUs.
   if (backend_->name() == "cpu")
     values.push_back({"--cpu-gemm", cpu_gemm_->name, fmt::format("{} ({})", options_.cpu_gemm, cpu_gemm_->name)});
-  require_same_on_every_rank(world_, values);
+  world_.watched("the comparison of options across ranks", [&] { require_same_on_every_rank(world_, values); });
   if (backend_->name() == "cpu") {  // on every rank or none: the device and --cpu-gemm agree by now
     cpu_gemm_choice_ = choose_cpu_gemm(
         options_.cpu_gemm, options_.model, threads_,
-        [this](std::vector<double> v) { return world_.max_over_ranks(std::move(v)); }, host_cpu_);
+        [this](std::vector<double> v) {
+          world_.watched("the exchange of CPU GEMM timings", [&] { v = world_.max_over_ranks(std::move(v)); });
+          return v;
+        },
+        host_cpu_);
     if (options_.cpu_gemm == "auto") *cpu_gemm_ = make_cpu_gemm(cpu_gemm_choice_.library);
   }
-  transport_ = connect_run_transport(*backend_, parse_algorithm(options_.allreduce), engine_->comm_stream(),
-                                     placement_.gpu(), options_.comm_timeout, options_.nccl_blocking);
+  world_.watched("the transport's connection", [&] {
+    transport_ = connect_run_transport(*backend_, parse_algorithm(options_.allreduce), engine_->comm_stream(),
+                                       placement_.gpu(), options_.comm_timeout, options_.nccl_blocking);
+  });
   if (options_.link.empty()) {
     const std::size_t gradient_bytes = engine_->layout().total() * element_size(options_.grad_dtype);
-    link_ = calibrate_link(*transport_.collectives, backend_->device(),
-                           std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0);
+    link_ = calibrate_link(
+        *transport_.collectives, backend_->device(), std::min<std::size_t>(gradient_bytes, 16u << 20), 2.0,
+        [this](const std::string& what, const std::function<void()>& exchange) { world_.watched(what, exchange); });
   }
   // MFU's peak: the flag, else a known GPU's datasheet figure, else a GEMM probe on every rank (on the cpu they
   // share the node's cores, as in training); the model uses the mean.
@@ -160,7 +167,7 @@ void Trainer::connect() {
   peak_source_ = options_.peak_tflops > 0 ? "--peak-tflops"
                  : gpu                    ? fmt::format("{} datasheet, dense BF16", gpu->label)
                                           : fmt::format("{} GEMM probe", backend_->name());
-  peak_flops_ = world_.sum_in_rank_order(peak) / world_.size();
+  world_.watched("the exchange of GEMM peaks", [&] { peak_flops_ = world_.sum_in_rank_order(peak) / world_.size(); });
   engine_->set_collectives(transport_.collectives.get());
   // Last, after every collective of the set-up: rank 0 makes --save DIR (the ranks agree on it by now) and locks
   // it, so that another run on the same directory, one started at the same moment too, is refused here, before
@@ -300,7 +307,7 @@ int Trainer::run() {
                                       fmt::join(changed_since_checkpoint_, ", "))));
   Timeline& timeline = engine_->timeline();
   timeline.record(!options_.trace.empty());
-  world_.barrier();
+  world_.watched("the barrier before step 1", [&] { world_.barrier(); });
   timeline.set_origin(trace_origin());  // one origin for the events of every rank of a host
   if (const int setup_stop = agreed_stop_signal(); setup_stop != 0) {
     complain(fmt::format("dptrain: stopped by {} during set-up, before step {}; nothing trained, nothing saved",

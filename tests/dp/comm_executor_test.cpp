@@ -111,6 +111,11 @@ TEST(CommExecutor, ATaskExceptionIsRethrownByWaitAndLaterTasksAreDropped) {
   // The exception went to the first waiter; the dropped tasks count as finished and never ran.
   EXPECT_NO_THROW(executor.wait(last));
   EXPECT_EQ(ran_after.load(), 0);
+  // So are tasks submitted after the failure: they would touch buffers the failing rank is already unwinding.
+  const auto after = executor.submit([&] { ++ran_after; });
+  EXPECT_EQ(after, last + 1);
+  EXPECT_NO_THROW(executor.wait(after));
+  EXPECT_EQ(ran_after.load(), 0);
 }
 
 TEST(CommExecutor, AWaiterForALaterTaskGetsTheException) {

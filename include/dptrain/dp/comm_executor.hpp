@@ -26,7 +26,8 @@ class CommExecutor {
   CommExecutor& operator=(const CommExecutor&) = delete;
 
   // Queues a task behind every task submitted before it. `what` names it for a watchdog's message
-  // ("all_reduce on unit blocks 0-11").
+  // ("all_reduce on unit blocks 0-11"). Once a task has thrown, later submissions are dropped as the queued ones
+  // were: counted as finished, never run.
   Ticket submit(std::function<void()> task, std::string what = "communication");
   // Blocks until task `ticket` (and so every earlier one) has finished. A task's exception is rethrown here (to
   // the first waiter after it was thrown); later tasks are dropped, since the ranks no longer agree.
@@ -51,7 +52,7 @@ class CommExecutor {
   std::string running_, failed_;
   Ticket submitted_ = 0, completed_ = 0;
   std::exception_ptr error_;
-  bool stopping_ = false;
+  bool stopping_ = false, dropping_ = false;
   std::thread thread_;
 };
 

@@ -220,7 +220,6 @@ class DataParallelEngine {
   std::vector<OptimizerPiece> optimizer_pieces_;  // per unit, launch order
   const void* whole_view_ = nullptr;              // stages 0–2: the backend's view of weights_
 
-  CommExecutor executor_;
   Stream comm_stream_;
   // Per unit: recorded on the compute stream when its gradient or weights are ready for their collective.
   std::vector<Event> gradient_ready_, weight_ready_;
@@ -241,6 +240,9 @@ class DataParallelEngine {
   std::vector<std::pair<Event, Event>> gaps_;
   std::size_t gaps_used_ = 0;
   int step_number_ = 0;  // the step being taken, 1-based (for the timeline)
+  // Last, so destroyed first: its thread has finished every task before the buffers, the stream, the staging pool
+  // and the timeline those tasks use go away.
+  CommExecutor executor_;
 };
 
 }  // namespace dptrain

@@ -2,6 +2,7 @@
 // explicit `alpha=..,bw=..`, or a short calibration sweep at start-up; the per-rank peak FLOP/s from a flag or
 // And the modelled time of every collective call the run issued.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,11 @@ LinkSource link_from_spec(const std::string& spec);
 
 // Collective over all ranks: times all-reduces of a doubling sweep of sizes (up to max_bytes) with the run's
 // collectives, on a buffer in `memory` (the one the collectives work on), for at most `budget_seconds`, then fits α
-// and β by least squares. Every rank gets the same link.
-LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t max_bytes, double budget_seconds);
+// and β by least squares. Every rank gets the same link. Each size's collectives run inside `watched` (a name for
+// them, the exchange), which puts them under the run's deadline.
+using WatchedExchange = std::function<void(const std::string& what, const std::function<void()>& exchange)>;
+LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t max_bytes, double budget_seconds,
+                          const WatchedExchange& watched);
 
 // The α–β time of one recorded call on p ranks.
 double modelled_seconds(const CommRecord& call, int ranks, const cost::Link& link);

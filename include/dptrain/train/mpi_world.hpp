@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/core/error.hpp"
+#include "dptrain/train/exchange_watch.hpp"
+
 namespace dptrain {
 
 // The ranks of the node communicator `node` that see the same GPUs, as (this rank's index among them, their
@@ -59,8 +62,14 @@ class MpiWorld {
   // Throws UserError when the MPI library did not grant MPI_THREAD_MULTIPLE (the same on every rank).
   void require_thread_multiple() const;
 
-  // Runs `setup` on every rank and agrees on the outcome. Returns 0 when all succeeded; otherwise the exit code
-  // (2 for bad input) after printing the error line(s) as described above.
+  // Runs an exchange between ranks made outside the comm executor (the set-up's) under the exchange timeout: one
+  // that has not completed by then ends the job with `dptrain: rank R: <what> did not complete in S s` and exit
+  // kExitCommunication, on every rank. Without a timeout set, or on one rank, it just runs.
+  void watched(const std::string& what, const std::function<void()>& exchange) const;
+  void set_exchange_timeout(double seconds) { exchange_timeout_s_ = seconds; }
+
+  // Runs `setup` on every rank and agrees on the outcome (a watched exchange). Returns 0 when all succeeded;
+  // otherwise the exit code (2 for bad input) after printing the error line(s) as described above.
   int agree(const std::function<void()>& setup, const char* program) const;
 
   // An error during training: prints `dptrain: message` (one rank) or `dptrain: rank R: message` and ends the job
@@ -71,6 +80,8 @@ class MpiWorld {
   int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0, device_size_ = 1, device_rank_ = 0;
   MPI_Comm node_ = MPI_COMM_NULL;  // the ranks sharing this node (MPI_COMM_TYPE_SHARED)
   int thread_level_ = 0;  // what MPI_Init_thread provided
+  double exchange_timeout_s_ = 0;  // 0: none
+  mutable ExchangeWatch watch_{[this](const std::string& message) { abort(message, kExitCommunication); }};
 };
 
 // The line a std::bad_alloc becomes (exit kExitBadInput): the run asked for more memory than the host has, or than
