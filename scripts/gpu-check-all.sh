@@ -4,7 +4,8 @@
 # (two ranks on it) with what is left of GPU_CHECK_SECONDS (default 540, under the device's 600 s a call) less 10 s
 # for the packing. One call spares the second start-up and transfer, and the machine cannot be handed back between
 # them. Each writes into its own folder, $OUT/single and $OUT/multi (logs, summaries check-<date>.json and
-# check-multi-<date>.json: commit those under docs/gpu/); the logs also go into $OUT/logs.tar.xz, the corpus left out.
+# check-multi-<date>.json: commit those under docs/gpu/); the logs also go into $OUT/logs.tar.xz, the corpus left out
+# (xz -1: the sanitizers' logs can be tens of MB, and the packing has 10 s).
 # Exits with the first check's status where it is not 0, else the second's.
 # Usage (on the GPU machine, from the repository root, build-gpu.tar.xz beside it): OUT=/some/dir scripts/gpu-check-all.sh
 set -uo pipefail
@@ -33,6 +34,6 @@ else
   echo "gpu-check-all: the two-rank check not started: ${left} s left of ${total} s" | tee "$OUT/multi/not-started.txt"
   multi_status=1
 fi
-tar -cJf "$OUT/logs.tar.xz" -C "$OUT" --exclude=corpus.txt single multi
+XZ_OPT=-1 tar -cJf "$OUT/logs.tar.xz" -C "$OUT" --exclude=corpus.txt single multi
 echo "gpu-check-all: one GPU exit $single_status, two ranks exit $multi_status, $(($(date +%s) - started)) s"
 exit $((single_status != 0 ? single_status : multi_status))

@@ -21,11 +21,16 @@ started=$(date +%s)
 log() { echo "gpu-check | $(( $(date +%s) - started )) s | $*" | tee -a "$OUT/progress.txt"; }
 
 # ---- the carried build --------------------------------------------------------------------------------------
-# Unpacked afresh from the tarball on every call: a machine kept between calls may hold an older build-gpu/.
+# Unpacked afresh from the tarball on every call (a machine kept between calls may hold an older build-gpu/), once:
+# the second check of scripts/gpu-check-all.sh finds it unpacked from the same tarball (its size and time recorded).
 if [ -f build-gpu.tar.xz ]; then
-  rm -rf build-gpu
-  tar -xJf build-gpu.tar.xz ||
-    { log "build-gpu.tar.xz did not unpack (damaged or incomplete): run scripts/gpu-bundle.sh again and carry it"; exit 2; }
+  tarball="$(stat -c '%s %Y' build-gpu.tar.xz)"
+  if [ "$(cat build-gpu/.unpacked-from 2>/dev/null)" != "$tarball" ]; then
+    rm -rf build-gpu
+    tar -xJf build-gpu.tar.xz ||
+      { log "build-gpu.tar.xz did not unpack (damaged or incomplete): run scripts/gpu-bundle.sh again and carry it"; exit 2; }
+    echo "$tarball" > build-gpu/.unpacked-from
+  fi
 elif [ ! -d build-gpu ]; then
   log "no build-gpu.tar.xz: run scripts/gpu-bundle.sh and carry it"
   exit 2

@@ -185,7 +185,10 @@ UnfusedBias unfused_bias_plans(const GemmPlan& plan) {
   broadcast.n = plan.n;
   broadcast.k = 1;
   broadcast.lda = plan.m;
-  broadcast.ldb = 1;
+  // The ones as Bᵀ, stored n × 1 (ldb = n): described as a 1 × n B with ldb = 1 its columns would be 2 bytes
+  // apart, and cuBLASLt's heuristic, asked for that alignment, may offer no algorithm.
+  broadcast.transb = GemmOp::T;
+  broadcast.ldb = plan.n;
   broadcast.ldc = plan.ldc;
   broadcast.beta = plan.beta;  // on the residual, where there is one
   broadcast.residual = plan.residual;

@@ -371,6 +371,10 @@ TEST(GemmPlan, TheUnfusedBiasIsABroadcastThenTheProductOntoIt) {
     const UnfusedBias unfused = unfused_bias_plans(matmul_forward_plan(s.N, s.C, s.OC, s.ld_out, true));
     EXPECT_EQ(gemm_plan_problem(unfused.broadcast), "");
     EXPECT_FALSE(unfused.product.bias_epilogue);
+    // The ones are one contiguous column read transposed (ldb = N), not N columns of one element 2 bytes apart,
+    // which would leave cuBLASLt's heuristic only kernels for 2-byte-aligned operands.
+    EXPECT_EQ(unfused.broadcast.transb, GemmOp::T);
+    EXPECT_EQ(std::size_t(unfused.broadcast.ldb), s.N);
     replay(unfused.broadcast, t);
     for (std::size_t r = 0; r < s.N; ++r)
       for (std::size_t c = 0; c < s.ld_out; ++c)
