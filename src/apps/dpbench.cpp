@@ -671,8 +671,9 @@ bool memory_fits(const Options& options, const Bench& bench, Placement placement
 
 // Whether every rank can run on the device asked for; otherwise one line (rank 0's, or each failing rank's when
 // only some fail) and false on every rank.
-bool device_usable(const std::string& device, Placement placement, int rank) {
-  const std::string why = device_unavailable(device, placement);
+// Whether no rank found a problem in what it alone sees (its device, its environment), on every rank. Where some
+// did, each of them says so (`dpbench: rank R: ...`), or rank 0 once for all where every rank did. Collective.
+bool agreed_everywhere(const std::string& why, int rank) {
   int failed = why.empty() ? 0 : 1, failed_ranks = 0, size = 1;
   MPI_Allreduce(&failed, &failed_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -799,7 +800,18 @@ int run(int argc, char** argv, int rank) {
     if (rank == 0) std::fprintf(stderr, "dpbench: %s\n", e.what());
     return kExitBadInput;
   }
-  if (!device_usable(options->device, placement, rank)) return kExitBadInput;
+  if (!agreed_everywhere(device_unavailable(options->device, placement), rank)) return kExitBadInput;
+  // The MPI transport's variables, which each rank reads from its own environment.
+  const auto environment_problem = [&options]() -> std::string {
+    if (options->device != "cpu") return "";
+    try {
+      MpiTransport::check_environment();
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  if (!agreed_everywhere(environment_problem(), rank)) return kExitBadInput;
   const std::unique_ptr<Bench> bench = make_bench(*options, placement);
   if (!memory_fits(*options, *bench, placement, rank)) return kExitBadInput;
 

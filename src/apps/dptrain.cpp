@@ -5,6 +5,7 @@
 #include "dptrain/core/error.hpp"
 #include "dptrain/train/mpi_world.hpp"
 #include "dptrain/train/options.hpp"
+#include "dptrain/train/rank_agreement.hpp"
 #include "dptrain/train/stop_signal.hpp"
 #include "dptrain/train/trainer.hpp"
 
@@ -24,7 +25,16 @@ int main(int argc, char** argv) {
         if (options) trainer = std::make_unique<dptrain::Trainer>(*options, world);
       },
       "dptrain");
-  if (setup != 0 || !options) return setup;
+  if (setup != 0) return setup;
+  // --help (or -h) on some ranks only, an MPMD launch: those would return while the others wait for them for ever.
+  const int help = world.agree(
+      [&] {
+        world.watched("the comparison of --help across ranks", [&] {
+          dptrain::require_same_on_every_rank(world, {{.name = "--help", .text = options ? "not given" : "given"}});
+        });
+      },
+      "dptrain");
+  if (help != 0 || !options) return help;
   if (const int agreed = world.agree([&] { trainer->connect(); }, "dptrain"); agreed != 0) return agreed;
   try {
     return trainer->run();

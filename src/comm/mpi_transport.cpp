@@ -48,11 +48,16 @@ std::chrono::microseconds spin_before_sleep() {
 
 MpiTransport::MpiTransport(MPI_Comm comm, std::size_t max_piece_bytes) : max_piece_bytes_(max_piece_bytes) {
   DP_ASSERT(max_piece_bytes > 0 && max_piece_bytes <= kMaxPieceBytes);
+  check_environment();  // before MPI_Comm_dup, a collective
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   wait_policy_ = wait_policy_from_environment();
-  spin_before_sleep();  // read and checked here, in the set-up, rather than first inside a collective
+}
+
+void MpiTransport::check_environment() {
+  wait_policy_from_environment();
+  spin_before_sleep();  // read and checked in the set-up rather than first inside a collective
 }
 
 MpiTransport::WaitPolicy MpiTransport::wait_policy_from_environment() {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <ranges>
 #include <sstream>
@@ -55,7 +56,9 @@ CpuInfo host_cpu_info() {
   const char* path = std::getenv("DPTRAIN_CPUINFO");
   std::ifstream in(path && *path ? path : "/proc/cpuinfo");
   // A file the user named must be there; a missing /proc/cpuinfo (not Linux) reads as a CPU without extensions.
-  require(!(path && *path) || in.is_open(),
+  // A folder opens, and would read as a CPU without extensions; a pipe might never end: a file it must be.
+  std::error_code error;
+  require(!(path && *path) || (in.is_open() && std::filesystem::is_regular_file(path, error)),
           "DPTRAIN_CPUINFO: cannot read '{}' (expected a file in the format of /proc/cpuinfo, or unset it)", path);
   std::ostringstream text;
   text << in.rdbuf();

@@ -13,10 +13,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The file a path names once every link is followed: weakly_canonical resolves the folders, and the links of the
+// last part by hand, since it leaves a link to a file not yet written (`--log l.jsonl` → the --trace to come) as
+// it is. A loop of links (40 at most, as the kernel's own limit) stays where it is.
 fs::path resolved(const std::string& path) {
   std::error_code error;
-  const fs::path canonical = fs::weakly_canonical(fs::absolute(path), error);
-  return error ? fs::absolute(path).lexically_normal() : canonical;
+  fs::path at = fs::absolute(path);
+  for (int links = 0; links < 40 && fs::is_symlink(fs::symlink_status(at, error)); ++links) {
+    const fs::path target = fs::read_symlink(at, error);
+    if (error) break;
+    at = target.is_absolute() ? target : at.parent_path() / target;
+  }
+  const fs::path canonical = fs::weakly_canonical(at, error);
+  return error ? at.lexically_normal() : canonical;
 }
 
 }  // namespace

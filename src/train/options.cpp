@@ -151,6 +151,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv, bool prin
   const std::vector<std::string> configs = app.get_config_ptr()->results();
   require(configs.size() <= 1, "--config is given {} times ({}): give one file (flags after it override its keys)",
           configs.size(), fmt::join(configs, ", "));
+  if (configs.size() == 1)  // an output over the config would lose the user's file
+    for (const NamedPath& output :
+         {NamedPath{"--log", o.log}, NamedPath{"--trace", o.trace}, NamedPath{"--save", o.save}})
+      require_distinct_paths({output, {"--config", configs[0]}});
   require(app.count("--max-skipped") == 0 || o.skip_nonfinite,
           "--max-skipped {} needs --skip-nonfinite (without it the first non-finite step stops the run)",
           o.max_skipped);

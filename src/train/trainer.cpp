@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "dptrain/comm/collective_skew.hpp"
+#include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/core/atomic_file.hpp"
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/cpu_info.hpp"
@@ -41,6 +42,9 @@ double unsigned_nan(double x) { return std::isnan(x) ? std::fabs(x) : x; }
 
 Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
   validate(options_, world_.size());
+  // Each rank's own environment, refused here where the ranks agree on set-up errors: refused first in connect(),
+  // the rank would leave the others in a collective it never joins.
+  MpiTransport::check_environment();
   overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
   placement_ = placement_from_environment(world_.device_rank(), world_.device_size());
   // --cpu-gemm auto: OpenBLAS until connect() has timed the libraries on every rank (before the first GEMM).

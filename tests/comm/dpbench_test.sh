@@ -162,6 +162,15 @@ else
   check_bad_input "--device cuda: " --device cuda
   check_bad_input "--device cuda: " --device cuda --nccl-blocking
 fi
+# The MPI transport's variables, which each rank reads from its own environment: bad on every rank, one line from
+# rank 0; bad on one rank, that rank's line; exit 2 everywhere.
+DPTRAIN_MPI_WAIT=foo check_bad_input "DPTRAIN_MPI_WAIT is 'foo': expected spin, yield or sleep" -b 8 -e 64 -n 1
+status=0
+timeout 60 "$mpiexec" -n 1 --oversubscribe "$dpbench" -b 8 -e 64 -n 1 : -n 1 --oversubscribe \
+  -x DPTRAIN_MPI_SPIN_US=1ms "$dpbench" -b 8 -e 64 -n 1 > "$out/env.txt" 2>&1 || status=$?
+[[ $status == 2 ]] || { echo "FAIL DPTRAIN_MPI_SPIN_US on rank 1: exit $status, expected 2"; cat "$out/env.txt"; exit 1; }
+grep -qxF "dpbench: rank 1: DPTRAIN_MPI_SPIN_US is '1ms': expected whole microseconds from 0 to 10000000" \
+  "$out/env.txt" || { echo "FAIL DPTRAIN_MPI_SPIN_US on rank 1:"; cat "$out/env.txt"; exit 1; }
 # Messages larger than the memory the host has: refused with the estimate before anything is allocated.
 check_bad_input "-e: messages of up to 1.00 TiB need about" -b 1024G -e 1024G
 grep -qF "is available: lower -e (and -b)" "$out/bad.err" || { echo "FAIL -e 1024G:"; cat "$out/bad.err"; exit 1; }

@@ -59,6 +59,35 @@ TEST_F(RankAgreement, DifferentSaveDirectoriesAreRefused) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "b"));
 }
 
+TEST_F(RankAgreement, HelpOnSomeRanksOnlyIsRefused) {
+  // Without the check rank 1 would print the help and return while rank 0 waited for it for ever.
+  expect_refused(mpmd(1, "", "--help"),
+                 "rank 1: --help is 'given' but rank 0 has 'not given': every rank must be "
+                 "started with the same options");
+  expect_refused(mpmd(2, "--batch 6 -h", "--batch 6"),
+                 "rank 2: --help is 'not given' but rank 0 has 'given': every rank must be "
+                 "started with the same options");
+}
+
+TEST_F(RankAgreement, ABadTransportVariableOnOneRankIsRefusedByThatRank) {
+  // Each rank reads its own environment: refused only when the transport connects, rank 1 would leave rank 0 in
+  // a collective it never joins.
+  for (const auto& [variable, message] :
+       {std::pair{"DPTRAIN_MPI_WAIT=foo",
+                  "rank 1: DPTRAIN_MPI_WAIT is 'foo': expected spin, yield or sleep (or leave "
+                  "it unset: sleep)"},
+        std::pair{"DPTRAIN_MPI_SPIN_US=-5",
+                  "rank 1: DPTRAIN_MPI_SPIN_US is '-5': expected whole microseconds from 0 to 10000000"}}) {
+    SCOPED_TRACE(variable);
+    const auto start = std::chrono::steady_clock::now();
+    Launch launch;
+    launch.result = run_command(testing::mpiexec(1, kRefusalSeconds) + " -q " + dptrain("") + " : -n 1 -x " +
+                                variable + " " + dptrain(""));
+    launch.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    expect_refused(launch, message);
+  }
+}
+
 TEST_F(RankAgreement, DifferentLinksAreRefused) {
   // A rank with --link skips the calibration sweep the other enters.
   const auto launch = mpmd(1, "", "--link ib-400g");

@@ -189,12 +189,13 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   const auto two_files = run_command(dptrain("--config " + (dir_ / "second.toml")));
   EXPECT_EQ(two_files.exit_code, 2) << two_files.output;
   EXPECT_NE(two_files.output.find("dptrain: --config is given 2 times"), std::string::npos) << two_files.output;
-  // A CPU description the user named that is not there: not read as a CPU without extensions.
-  const auto cpuinfo = run_command("env DPTRAIN_CPUINFO=" + (dir_ / "missing-cpuinfo") + " " + dptrain(""));
-  EXPECT_EQ(cpuinfo.exit_code, 2) << cpuinfo.output;
-  EXPECT_NE(cpuinfo.output.find("dptrain: DPTRAIN_CPUINFO: cannot read '" + (dir_ / "missing-cpuinfo") + "'"),
-            std::string::npos)
-      << cpuinfo.output;
+  // A CPU description the user named that is not there, or is a folder: not read as a CPU without extensions.
+  for (const std::string& named : {dir_ / "missing-cpuinfo", dir_ / "."}) {
+    const auto cpuinfo = run_command("env DPTRAIN_CPUINFO=" + named + " " + dptrain(""));
+    EXPECT_EQ(cpuinfo.exit_code, 2) << cpuinfo.output;
+    EXPECT_NE(cpuinfo.output.find("dptrain: DPTRAIN_CPUINFO: cannot read '" + named + "'"), std::string::npos)
+        << cpuinfo.output;
+  }
   // The comm thread's wait, chosen by the environment: a value it does not know is bad input, not a failure.
   for (const auto& [variable, line] :
        {std::pair{"DPTRAIN_MPI_WAIT=busy",
@@ -241,6 +242,29 @@ TEST_F(DptrainProgram, ARunTooLargeForMemoryIsRefusedWithTheEstimate) {
   EXPECT_NE(r.output.find("for 5.278e+13 parameters at --zero 0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" TiB"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" is available: use a smaller model"), std::string::npos) << r.output;
+}
+
+// An output over the config file, or a link to where another output is about to be written, is refused before
+// anything is written: the config is the user's, and the log would be lost under the trace renamed over it.
+TEST_F(DptrainProgram, OutputsOverTheConfigOrThroughALinkToAnotherOutputAreRefused) {
+  const std::string config = testing::file_bytes(testing::source_dir() + "/configs/tiny.toml");
+  testing::write_text(dir_ / "own.toml", config);
+  std::filesystem::create_symlink("later.json", dir_ / "link.jsonl");  // dangling until the trace is written
+  const std::string run = fmt::format("{}/dptrain --data {} --threads 1 --steps 1 --config {} ",
+                                      testing::binary_dir(), dir_ / "corpus.txt", dir_ / "own.toml");
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--log " + (dir_ / "own.toml"), "dptrain: --log '" + (dir_ / "own.toml") + "' and --config '" +
+                                                (dir_ / "own.toml") + "' are the same path"},
+           {"--trace " + (dir_ / "./own.toml"), "and --config '" + (dir_ / "own.toml") + "' are the same path"},
+           {"--log " + (dir_ / "link.jsonl") + " --trace " + (dir_ / "later.json"),
+            "dptrain: --log '" + (dir_ / "link.jsonl") + "' and --trace '" + (dir_ / "later.json") +
+                "' are the same path"}}) {
+    const auto r = run_command(run + flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+  }
+  EXPECT_EQ(testing::file_bytes(dir_ / "own.toml"), config);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "later.json"));
 }
 
 // Bad input found after the log was named (here: the checkpoint to resume from) leaves an existing log as it was.

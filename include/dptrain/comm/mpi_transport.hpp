@@ -32,6 +32,10 @@ class MpiTransport final : public Transport {
   static constexpr std::chrono::microseconds kMaxSleep{100};
   // The policy of DPTRAIN_MPI_WAIT (spin, yield or sleep; unset: sleep); any other value is refused.
   static WaitPolicy wait_policy_from_environment();
+  // Reads DPTRAIN_MPI_WAIT and DPTRAIN_MPI_SPIN_US and throws UserError naming a bad value. Each rank has its own
+  // environment: call it where the ranks agree on set-up errors, before any collective that a rank refusing its
+  // environment would not join (the constructor calls it too, first).
+  static void check_environment();
 
   // Largest piece of one message, in bytes; below INT_MAX and a multiple of 4 KiB.
   static constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
