@@ -180,6 +180,8 @@ def ddp_worker(rank, args, port, result):
     times = []
     for step in range(args.steps):
         windows = torch.randint(0, args.vocab, (local, args.seq + 1), generator=generator)
+        # The ranks start each step together, outside its time, as dptrain's exchange between steps is outside
+        # its own.
         dist.barrier()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -211,7 +213,7 @@ def bench_ddp(args):
     tokens_per_step = args.batch * args.seq
     print(f"torch {torch.__version__}, DistributedDataParallel (gloo), {args.nproc} processes x {args.threads} "
           f"threads, {tokens_per_step} tokens/step (global), median step {median * 1e3:.1f} ms over "
-          f"{args.steps - 2} steps", file=sys.stderr)
+          f"{args.steps - args.warmup} steps", file=sys.stderr)
     print(f"pytorch_ddp_tokens_per_s {tokens_per_step / median:.1f}")
 
 
