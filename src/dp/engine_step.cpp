@@ -58,7 +58,6 @@ StepResult DataParallelEngine::step(const std::int32_t* windows, std::size_t glo
                                     const OptimizerSettings& optimizer) {
   const ModelConfig& c = layout_.config();
   const std::size_t units = plan_.units().size();
-  step_number_ = optimizer_step_ + 1;
   gaps_used_ = 0;
   StepResult result;
   result.unit_backward_s.assign(units, 0.0);

@@ -347,6 +347,7 @@ int Trainer::run() {
     // --op-times: the steps after the run's first (which warms caches and thread pools), the step alone.
     const bool timed = op_times_ && step > first_step_;
     if (timed) op_times_->set_enabled(true);
+    engine_->set_timeline_step(step + 1);  // the loop's step: a skipped step does not advance the optimizer's
     Stopwatch watch;
     const StepResult result =
         engine_->step(windows_.data(), std::size_t(options_.batch), {lr, options_.weight_decay, options_.grad_clip});
@@ -394,13 +395,20 @@ int Trainer::run() {
     std::optional<double> val_loss;
     bool evaluation_cut = false;  // a stop signal ended this step's evaluation early: the run stops, also if last
     if (last || (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0)) {
+      // In the trace, after the step: what the validation's collectives (stage 3's gathers) happen inside.
+      const double evaluation_start = timeline.now();
       const Evaluation evaluation = evaluate();
+      timeline.add({TimelineEvent::Track::compute, "validation", evaluation_start, timeline.now(), step + 1});
       if (evaluation.loss)
         totals.last_val = val_loss = evaluation.loss;
       else
         stop_signal = evaluation.stop_signal, evaluation_cut = true;
     }
-    if (last || (options_.check_every > 0 && (step + 1) % options_.check_every == 0)) check_weights_agree(step + 1);
+    if (last || (options_.check_every > 0 && (step + 1) % options_.check_every == 0)) {
+      const double check_start = timeline.now();
+      check_weights_agree(step + 1);
+      timeline.add({TimelineEvent::Track::compute, "weight check", check_start, timeline.now(), step + 1});
+    }
 
     if (result.finite) {
       const StepReport report = step_report(shape, step + 1, lr, seconds, result, comm, val_loss);

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "test_support.hpp"
 
 namespace dptrain {
@@ -40,8 +42,17 @@ class SkipNonFinite : public testing::TinyRunTest {
 };
 
 TEST_F(SkipNonFinite, CheckpointsCountLoopStepsAndResumeBitwise) {
-  const auto full = run_command(dptrain("--save-every 2 --save " + (dir_ / "full") + " --log " + (dir_ / "full.jsonl")));
+  const auto full = run_command(dptrain("--save-every 2 --save " + (dir_ / "full") + " --log " + (dir_ / "full.jsonl") +
+                                        " --trace " + (dir_ / "full.trace.json")));
   ASSERT_EQ(full.exit_code, 0) << full.output;
+  // The trace's steps are the loop's, as the step lines' and the checkpoints', skipped steps included (labelled by
+  // the updates taken + 1, every skipped step would read as the first of them).
+  std::vector<int> forward_steps;
+  const nlohmann::json trace = nlohmann::json::parse(testing::file_bytes(dir_ / "full.trace.json"));
+  for (const auto& e : trace["traceEvents"])
+    if (e["name"] == "forward") forward_steps.push_back(e["args"]["step"].get<int>());
+  std::sort(forward_steps.begin(), forward_steps.end());
+  EXPECT_EQ(forward_steps, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
   const std::vector<int> finite = logged_steps(dir_ / "full.jsonl");
   // The scenario this test needs: finite steps first, then skipped ones, the first skip at step 4 at the latest.
   const int taken = int(finite.size());

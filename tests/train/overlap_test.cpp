@@ -146,7 +146,9 @@ TEST_F(Overlap, TraceHasEveryRankAndBothTracks) {
                                                "backward embeddings",
                                                "optimizer",
                                                "wait: gradient",
-                                               "wait: weights"};
+                                               "wait: weights",
+                                               "validation",
+                                               "weight check"};
   for (const auto& e : json["traceEvents"]) {
     const int pid = e.at("pid").get<int>();
     if (e.at("ph") == "M") {

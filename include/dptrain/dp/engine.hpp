@@ -118,6 +118,9 @@ class DataParallelEngine {
   // Fresh weights from the seed (identical on every rank: the initialisation is a pure function of the seed).
   void initialise(std::uint64_t seed);
 
+  // The step number the timeline's events are labelled with from here (the trainer's loop step, 1-based: a skipped
+  // step counts, as it does in the step lines and checkpoints).
+  void set_timeline_step(int step) { step_number_ = step; }
   // One optimizer step over this rank's windows [local_windows, Q+1]; global_windows = B.
   StepResult step(const std::int32_t* windows, std::size_t global_windows, const OptimizerSettings& optimizer);
 
@@ -239,7 +242,7 @@ class DataParallelEngine {
   // a gap is the wait; on a GPU it is the time the compute stream had nothing to run.
   std::vector<std::pair<Event, Event>> gaps_;
   std::size_t gaps_used_ = 0;
-  int step_number_ = 0;  // the step being taken, 1-based (for the timeline)
+  int step_number_ = 0;  // the step its timeline events are labelled with (set_timeline_step)
   // Last, so destroyed first: its thread has finished every task before the buffers, the stream, the staging pool
   // and the timeline those tasks use go away.
   CommExecutor executor_;
