@@ -237,17 +237,20 @@ class OpTimingBackend final : public Backend {
 
  private:
   // The compute stream synchronised before and after: the time is this operation's alone, not that of work issued
-  // before it (nor of another stream's, such as a collective's in flight on the comm stream).
+  // before it (nor of another stream's, such as a collective's in flight on the comm stream). Only by the compute
+  // thread, which owns the stream and the event: another thread's call (the MPI ring's reduce-add, on the comm
+  // executor) is timed as it runs, on the host, as the cpu backend computes it.
   template <typename Operation>
   void timed(TimedOp op, double flops, Operation&& operation, const std::string& shape = {}) {
     if (!times_->enabled()) {
       operation();
       return;
     }
-    wait_for_compute();
+    const bool owner = times_->on_owner_thread();
+    if (owner) wait_for_compute();
     const Stopwatch watch;
     operation();
-    wait_for_compute();
+    if (owner) wait_for_compute();
     times_->add(op, watch.seconds(), flops, shape);
   }
   // Rows × in → out; made only while timing (a string per call).

@@ -1,4 +1,4 @@
-// Atomic file replacement: temporary file, fsync, rename.
+// Atomic file replacement: temporary file, fsync, rename, fsync of the folder.
 #include "dptrain/core/atomic_file.hpp"
 
 #include <fcntl.h>
@@ -52,6 +52,17 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::unlink(temporary.c_str());
     fail("cannot replace '{}': {}", path, std::strerror(error));
   }
+  const std::size_t slash = path.find_last_of('/');
+  sync_directory(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+}
+
+void sync_directory(const std::string& directory) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY);
+  require(fd >= 0, "cannot open folder '{}' to flush it: {}", directory, std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  require(synced, "cannot flush folder '{}': {}", directory, std::strerror(error));
 }
 
 std::string atomic_write_problem(const std::string& path) {

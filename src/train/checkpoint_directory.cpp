@@ -81,6 +81,7 @@ std::string publish_step(const std::string& root, const std::string& temporary, 
   std::error_code ec;
   fs::rename(temporary, fs::path(root) / fresh, ec);
   require(!ec, "cannot move checkpoint into place at '{}': {}", (fs::path(root) / fresh).string(), ec.message());
+  sync_directory(root);  // the folder's new name on disk before `latest` names it
   at(PublishPoint::renamed);
   write_file_atomically((fs::path(root) / "latest").string(), fresh + "\n");
   at(PublishPoint::latest_switched);

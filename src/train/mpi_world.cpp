@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -78,14 +79,19 @@ std::vector<std::string> MpiWorld::gather_to_first(const std::string& text) cons
   std::vector<long long> lengths(rank_ == 0 ? size_ : 0);
   MPI_Gather(&length, 1, MPI_LONG_LONG, lengths.data(), 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   std::vector<std::string> texts(rank_ == 0 ? size_ : 0);
+  // In messages of at most 1 GiB: MPI counts are ints, and a long run's trace passes 2 GiB.
+  constexpr std::size_t kPiece = std::size_t{1} << 30;
   if (rank_ == 0) {
     texts[0] = text;
     for (int r = 1; r < size_; ++r) {
       texts[r].resize(std::size_t(lengths[r]));
-      MPI_Recv(texts[r].data(), int(lengths[r]), MPI_CHAR, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      for (std::size_t at = 0; at < texts[r].size(); at += kPiece)
+        MPI_Recv(texts[r].data() + at, int(std::min(kPiece, texts[r].size() - at)), MPI_CHAR, r, 0, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
     }
   } else {
-    MPI_Send(text.data(), int(text.size()), MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+    for (std::size_t at = 0; at < text.size(); at += kPiece)
+      MPI_Send(text.data() + at, int(std::min(kPiece, text.size() - at)), MPI_CHAR, 0, 0, MPI_COMM_WORLD);
   }
   return texts;
 }

@@ -6,7 +6,9 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <ctime>
 #include <mutex>
 #include <thread>
@@ -15,13 +17,16 @@ namespace dptrain {
 
 namespace {
 
-volatile std::sig_atomic_t received = 0;
-volatile double first_received_at = 0;  // monotonic seconds
+// Written by the handler (on whichever thread does not block the signals) or the waiting thread, read by the
+// compute and comm threads: lock-free atomics, safe in a handler and ordered across threads.
+std::atomic<int> received{0};
+std::atomic<std::int64_t> first_received_at{0};  // monotonic nanoseconds
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<std::int64_t>::is_always_lock_free);
 
-double monotonic_seconds() {
+std::int64_t monotonic_nanoseconds() {
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
-  return double(now.tv_sec) + 1e-9 * double(now.tv_nsec);
+  return std::int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
 // The first signal asks for a stop after the step. A SIGINT at least a second after it (a second Ctrl-C, not the
@@ -29,11 +34,12 @@ double monotonic_seconds() {
 // without saving: the way out of a long evaluation or a step that does not end. Async-signal-safe: the handler
 // calls it as well as the waiting thread.
 void take_stop_signal(int signal) {
-  const double now = monotonic_seconds();
-  if (received == 0) {
-    first_received_at = now;
-    received = signal;
-  } else if (signal == SIGINT && now - first_received_at >= 1.0) {
+  const std::int64_t now = monotonic_nanoseconds();
+  int none = 0;
+  if (received.load() == 0) {
+    first_received_at.store(now);
+    received.compare_exchange_strong(none, signal);  // the first signal's number stays
+  } else if (signal == SIGINT && now - first_received_at.load() >= 1'000'000'000) {
     static const char message[] = "dptrain: a second SIGINT: exiting now, without saving\n";
     [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, message, sizeof message - 1);
     _exit(128 + SIGINT);
@@ -83,7 +89,7 @@ void catch_stop_signals(int compute_threads) {
   });
 }
 
-int stop_signal_received() { return received; }
+int stop_signal_received() { return received.load(); }
 
 const char* stop_signal_name(int signal) {
   switch (signal) {

@@ -72,6 +72,8 @@ class OpTimes {
   OpTimes();
   void set_enabled(bool enabled) { enabled_.store(enabled, std::memory_order_relaxed); }
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  // Whether the calling thread is the one that constructed it (the compute thread).
+  bool on_owner_thread() const { return std::this_thread::get_id() == owner_; }
   // `shape` (the GEMMs': rows × in → out) also adds the call to a row of that op and shape (shape_rows).
   void add(TimedOp op, double seconds, double flops, const std::string& shape = {});
   void reset();
