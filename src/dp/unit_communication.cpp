@@ -23,10 +23,11 @@ void DataParallelEngine::collective(CollectiveOp op, std::size_t u, void* data, 
                    start, timeline_.now(), step_number_, int(u), unit.padded * element_size(dtype)});
 }
 
-void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket) {
+void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket, double allowance_s) {
+  const double limit_s = settings_.comm_timeout_s + allowance_s;
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>(settings_.comm_timeout_s));
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(limit_s));
   std::string stuck;  // the task every rank is stuck behind
   try {
     if (executor_.wait_until(ticket, deadline)) return;
@@ -34,11 +35,11 @@ void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket) {
   } catch (const CommTimeout&) {
     stuck = executor_.failed();  // the transport's own deadline (NCCL's) passed inside that task
   }
-  group_.abort(fmt::format("{} did not complete in {:g} s", stuck, settings_.comm_timeout_s));
+  group_.abort(fmt::format("{} did not complete in {:g} s", stuck, limit_s));
 }
 
-void DataParallelEngine::run_on_comm_executor(std::function<void()> task, const char* what) {
-  watched_wait(executor_.submit(std::move(task), what));
+void DataParallelEngine::run_on_comm_executor(std::function<void()> task, const char* what, double allowance_s) {
+  watched_wait(executor_.submit(std::move(task), what), allowance_s);
 }
 
 void DataParallelEngine::wait_for_comm(CommExecutor::Ticket ticket, const char* what) {

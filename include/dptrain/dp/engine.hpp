@@ -164,8 +164,9 @@ class DataParallelEngine {
   Timeline& timeline() { return timeline_; }
 
   // Runs `task` on the comm executor between steps (the ranks' exchange of entry times), so that it keeps its
-  // place in the executor's sequence of MPI calls; watched by the same timeout as the step's collectives.
-  void run_on_comm_executor(std::function<void()> task, const char* what);
+  // place in the executor's sequence of MPI calls; watched by the same timeout as the step's collectives, plus
+  // `allowance_s` where the exchange waits for work of its own on some rank (rank 0 writing a checkpoint).
+  void run_on_comm_executor(std::function<void()> task, const char* what, double allowance_s = 0);
 
  private:
   bool distributed() const { return group_.size > 1 && group_.collectives; }
@@ -180,8 +181,9 @@ class DataParallelEngine {
   // Blocks the compute thread until a ticket is done; the time counts as exposed communication.
   void wait_for_comm(CommExecutor::Ticket ticket, const char* what);
   double exposed_communication();  // Σ of the step's compute-stream gaps (waits for their events)
-  // Waits for a ticket at most comm_timeout_s; past it, aborts the job naming the task the executor is stuck in.
-  void watched_wait(CommExecutor::Ticket ticket);
+  // Waits for a ticket at most comm_timeout_s (+ allowance_s); past it, aborts the job naming the task the executor
+  // is stuck in.
+  void watched_wait(CommExecutor::Ticket ticket, double allowance_s = 0);
   std::string task_name(CollectiveOp op, std::size_t unit) const;  // "all_reduce on unit blocks 0-11"
   void launch_gradient(std::size_t unit);
   std::byte* gradient_slice(std::size_t unit);  // this rank's reduced slice of a unit, in the wire dtype
