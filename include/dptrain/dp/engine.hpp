@@ -22,6 +22,8 @@
 // step: micro-steps, the global norm, the sharded AdamW update, evaluation).
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -48,9 +50,11 @@ struct RankGroup {
   std::function<double(double)> sum_scalar = [](double x) { return x; };
   std::function<double(double)> max_scalar = [](double x) { return x; };
   // Ends the whole job with `message` (the trainer: "rank R: message" and MPI_Abort); must not return. Called by
-  // the comm watchdog when a collective does not complete in time, since the other ranks may wait for ever.
+  // the comm watchdog when a collective does not complete in time, since the other ranks may wait for ever. Not by
+  // throwing, by default: the collective still runs on the comm thread, into buffers an unwinding step would free.
   std::function<void(const std::string&)> abort = [](const std::string& message) {
-    throw std::runtime_error(message);
+    std::fprintf(stderr, "dptrain: %s\n", message.c_str());
+    std::abort();
   };
 };
 
