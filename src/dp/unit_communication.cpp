@@ -23,8 +23,8 @@ void DataParallelEngine::collective(CollectiveOp op, std::size_t u, void* data, 
                    start, timeline_.now(), step_number_, int(u), unit.padded * element_size(dtype)});
 }
 
-void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket, double allowance_s) {
-  const double limit_s = settings_.comm_timeout_s + allowance_s;
+void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket, WaitAllowance allowance) {
+  const double limit_s = settings_.comm_timeout_s + allowance.seconds;
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(limit_s));
@@ -35,11 +35,14 @@ void DataParallelEngine::watched_wait(CommExecutor::Ticket ticket, double allowa
   } catch (const CommTimeout&) {
     stuck = executor_.failed();  // the transport's own deadline (NCCL's) passed inside that task
   }
-  group_.abort(fmt::format("{} did not complete in {:g} s", stuck, limit_s));
+  group_.abort(allowance.seconds > 0
+                   ? fmt::format("{} did not complete in {:.3g} s (--comm-timeout {:g} s + {:.3g} s for {})", stuck,
+                                 limit_s, settings_.comm_timeout_s, allowance.seconds, allowance.for_what)
+                   : fmt::format("{} did not complete in {:g} s", stuck, limit_s));
 }
 
-void DataParallelEngine::run_on_comm_executor(std::function<void()> task, const char* what, double allowance_s) {
-  watched_wait(executor_.submit(std::move(task), what), allowance_s);
+void DataParallelEngine::run_on_comm_executor(std::function<void()> task, const char* what, WaitAllowance allowance) {
+  watched_wait(executor_.submit(std::move(task), what), allowance);
 }
 
 void DataParallelEngine::wait_for_comm(CommExecutor::Ticket ticket, const char* what) {

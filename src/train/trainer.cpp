@@ -198,19 +198,20 @@ std::string Trainer::save(int step) {
   // The save's exchanges wait for rank 0's writing (the weights, and at stage 0 all of the optimizer state: 14 bytes
   // a parameter): --comm-timeout plus that much at 10 MB/s, a slow network file system's rate, so that a large
   // checkpoint is not ended as a stalled rank.
-  const double writing_s = double(engine_->layout().total()) * 14 / 10e6;
+  const WaitAllowance writing{.seconds = double(engine_->layout().total()) * 14 / 10e6,
+                                              .for_what = "rank 0's writing at 10 MB/s"};
   // The first save of a run started with --overwrite removes the earlier run's checkpoints once it is in place.
   const std::string where = save_checkpoint(
       options_.save, *engine_, options_, step,
       {.barrier =
-           [this, writing_s] {
-             engine_->run_on_comm_executor([&] { world_.barrier(); }, "the checkpoint's barrier", writing_s);
+           [this, writing] {
+             engine_->run_on_comm_executor([&] { world_.barrier(); }, "the checkpoint's barrier", writing);
            },
        .gather_to_first =
-           [this, writing_s](const std::string& text) {
+           [this, writing](const std::string& text) {
              std::vector<std::string> texts;
              engine_->run_on_comm_executor([&] { texts = world_.gather_to_first(text); },
-                                           "the checkpoint's gather of shard records", writing_s);
+                                           "the checkpoint's gather of shard records", writing);
              return texts;
            }},
       !saved_once_);

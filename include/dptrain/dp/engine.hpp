@@ -58,6 +58,12 @@ struct RankGroup {
   };
 };
 
+// Time an exchange between steps may take beyond --comm-timeout, where it waits for work of its own on some rank.
+struct WaitAllowance {
+  double seconds = 0;
+  const char* for_what = "";  // "rank 0's writing at 10 MB/s", for the line that ends the job
+};
+
 struct EngineSettings {
   DType grad_dtype = DType::bf16;  // the gradient on the wire
   int zero_stage = 0;              // 0–3
@@ -169,8 +175,8 @@ class DataParallelEngine {
 
   // Runs `task` on the comm executor between steps (the ranks' exchange of entry times), so that it keeps its
   // place in the executor's sequence of MPI calls; watched by the same timeout as the step's collectives, plus
-  // `allowance_s` where the exchange waits for work of its own on some rank (rank 0 writing a checkpoint).
-  void run_on_comm_executor(std::function<void()> task, const char* what, double allowance_s = 0);
+  // `allowance.seconds` where the exchange waits for work of its own on some rank (rank 0 writing a checkpoint).
+  void run_on_comm_executor(std::function<void()> task, const char* what, WaitAllowance allowance = {});
 
  private:
   bool distributed() const { return group_.size > 1 && group_.collectives; }
@@ -185,9 +191,9 @@ class DataParallelEngine {
   // Blocks the compute thread until a ticket is done; the time counts as exposed communication.
   void wait_for_comm(CommExecutor::Ticket ticket, const char* what);
   double exposed_communication();  // Σ of the step's compute-stream gaps (waits for their events)
-  // Waits for a ticket at most comm_timeout_s (+ allowance_s); past it, aborts the job naming the task the executor
-  // is stuck in.
-  void watched_wait(CommExecutor::Ticket ticket, double allowance_s = 0);
+  // Waits for a ticket at most comm_timeout_s (+ the allowance); past it, aborts the job naming the task the
+  // executor is stuck in.
+  void watched_wait(CommExecutor::Ticket ticket, WaitAllowance allowance = {});
   std::string task_name(CollectiveOp op, std::size_t unit) const;  // "all_reduce on unit blocks 0-11"
   void launch_gradient(std::size_t unit);
   std::byte* gradient_slice(std::size_t unit);  // this rank's reduced slice of a unit, in the wire dtype
