@@ -23,7 +23,7 @@ dptrain_bench_setup
 # Global tokens/s, from rank 0's JSONL log.
 dptrain_tokens_per_s() {
   mpirun -np "$ranks" --oversubscribe "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" \
-    --threads "$threads" --eval-every 0 --check-every 0 --quiet --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null
+    --threads "$threads" --eval-every 0 --check-every 0 --quiet --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null || return
   dptrain_median_tokens_per_s "$work/run.jsonl"
 }
 pytorch_tokens_per_s() {

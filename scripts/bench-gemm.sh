@@ -15,7 +15,7 @@ threads="${2:-$(nproc)}"
 steps="${3:-12}"
 dptrain_require_file config "$config"
 dptrain_require_count threads "$threads" 1
-dptrain_require_count steps "$steps" 3  # the median leaves out the first two
+dptrain_require_count steps "$steps" 3  # --op-times leaves out step 1
 dptrain_require_count ROUNDS "${ROUNDS:-3}" 1
 dptrain_bench_setup
 

@@ -18,7 +18,7 @@ dptrain_bench_setup
 
 dptrain_tokens_per_s() {
   "$DPTRAIN_BUILD/dptrain" --config "$config" --steps "$steps" --threads "$threads" --eval-every 0 \
-    --quiet --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null
+    --quiet --log "$work/run.jsonl" ${DPTRAIN_FLAGS:-} >/dev/null || return
   dptrain_median_tokens_per_s "$work/run.jsonl"
 }
 pytorch_tokens_per_s() {

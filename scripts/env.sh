@@ -132,8 +132,9 @@ dptrain_peer_rounds() {
   printf '%-8s %14s %14s %8s\n' round dptrain_tok/s "$1" ratio
   local round d p ratios=""
   for round in $(seq 1 "${ROUNDS:-2}"); do
-    d=$(dptrain_tokens_per_s)
-    p=$(pytorch_tokens_per_s)
+    # A side that fails ends the benchmark (a figure read from an earlier round's log would be reprinted).
+    d=$(dptrain_tokens_per_s) || { echo "dptrain failed in round $round (its lines above)" >&2; exit 1; }
+    p=$(pytorch_tokens_per_s) || { echo "the peer failed in round $round (its lines above)" >&2; exit 1; }
     awk -v r="$round" -v d="$d" -v p="$p" 'BEGIN { printf "%-8s %14.0f %14.0f %8.2f\n", r, d, p, d / p }'
     ratios="$ratios $(awk -v d="$d" -v p="$p" 'BEGIN { print d / p }')"
   done

@@ -24,7 +24,9 @@ else
              "$DPTRAIN_BUILD/tests/train/train_test")
   # The programs packed have the cuda backend (without a GPU here, --device cuda is refused for that, not for its
   # absence from the build).
-  if "$DPTRAIN_BUILD/dptrain" --device cuda --steps 1 2>&1 | grep -q "this build has no CUDA backend"; then
+  # (The output first, then grep: under pipefail the pipeline would take dptrain's refusal as its status.)
+  refusal=$("$DPTRAIN_BUILD/dptrain" --device cuda --steps 1 2>&1 || true)
+  if grep -q "this build has no CUDA backend" <<< "$refusal"; then
     echo "gpu-bundle: $DPTRAIN_BUILD/dptrain was built without the cuda backend" >&2
     exit 2
   fi

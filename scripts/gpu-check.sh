@@ -198,7 +198,7 @@ fi
 # ---- 2. GPU tests ------------------------------------------------------------------------------------------------
 run_tests() {  # binary, gtest filter, seconds
   local name=$1 filter=$2 seconds
-  seconds=$(step_timeout -k 10 "$3")
+  seconds=$(step_timeout "$3")
   if [ "$seconds" -lt 20 ]; then log "tests: $name not started: the deadline is near (counted as failed)"; return; fi
   log "tests: $name --gtest_filter=$filter (at most $seconds s)"
   ours timeout -k 10 "$seconds" "$bin/$name" --gtest_filter="$filter" --gtest_output="json:$OUT/tests-$name.json" \
@@ -242,8 +242,18 @@ while [ "$b_index" -lt ${#batches[@]} ]; do
   # 137 where it did not): the steps it logged are the figures, when there are enough for the median of steps 6 on;
   # a run that slow would only time out again, smaller or composed.
   if [ $status -eq 124 ] || [ $status -eq 137 ] || [ $status -eq 143 ]; then
-    logged=$(python3 -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if "step" in json.loads(l) and "event" not in json.loads(l)))' \
-      "$OUT/train-b$b.jsonl" 2>/dev/null || echo 0)
+    logged=$(python3 - "$OUT/train-b$b.jsonl" <<'PY' 2>/dev/null || echo 0
+import json, sys
+count = 0
+for line in open(sys.argv[1]):
+    try:
+        record = json.loads(line)
+    except ValueError:  # the last line cut short by the kill
+        continue
+    count += "step" in record and "event" not in record
+print(count)
+PY
+)
     if [ "$logged" -ge 8 ]; then batch=$b; fi
     break
   fi

@@ -106,17 +106,33 @@ def read_bench(path):
     return rows
 
 
+def link_values(entry):
+    """(α s, B bytes/s, γ s/byte) of a link object, γ 0 where it holds none; None where they are not finite with
+    α ≥ 0, B > 0 and γ ≥ 0."""
+    alpha, bandwidth, gamma = entry.get("alpha_s"), entry.get("bandwidth_Bps"), entry.get("gamma_s_per_byte", 0.0)
+    if not (is_number(alpha) and alpha >= 0 and is_number(bandwidth) and bandwidth > 0 and is_number(gamma)
+            and gamma >= 0):
+        return None
+    return alpha, bandwidth, gamma
+
+
 def read_link(path):
-    """(α s, B bytes/s, γ s/byte) of a link.json (dpbench --fit); γ is 0 where it holds none."""
+    """A link.json (dpbench --fit) as (its link, {algorithm: its own fit}): the top-level α, B, γ are the first
+    algorithm's; `fits` holds each algorithm's, which its model line uses."""
     link = read_json(path, "--link", "expected the link.json that dpbench --fit writes")
     if not isinstance(link, dict):
         fail(f"--link: '{path}' holds {json_type(link)}, expected the link.json object that dpbench --fit writes")
-    alpha, bandwidth, gamma = link.get("alpha_s"), link.get("bandwidth_Bps"), link.get("gamma_s_per_byte", 0.0)
-    if not (is_number(alpha) and alpha >= 0 and is_number(bandwidth) and bandwidth > 0 and is_number(gamma)
-            and gamma >= 0):
-        fail(f"--link: '{path}' holds alpha_s {json.dumps(alpha)}, bandwidth_Bps {json.dumps(bandwidth)} and "
-             f"gamma_s_per_byte {json.dumps(gamma)}; need finite α ≥ 0, B > 0 and γ ≥ 0")
-    return alpha, bandwidth, gamma
+    values = link_values(link)
+    if values is None:
+        fail(f"--link: '{path}' holds alpha_s {json.dumps(link.get('alpha_s'))}, bandwidth_Bps "
+             f"{json.dumps(link.get('bandwidth_Bps'))} and gamma_s_per_byte {json.dumps(link.get('gamma_s_per_byte'))}"
+             f"; need finite α ≥ 0, B > 0 and γ ≥ 0")
+    fits = link.get("fits")
+    by_algorithm = {}
+    for entry in fits if isinstance(fits, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("algo"), str) and link_values(entry) is not None:
+            by_algorithm[entry["algo"]] = link_values(entry)
+    return values, by_algorithm
 
 
 def terms(op, algo, p, n):
@@ -198,18 +214,18 @@ def plot_link_time(rows, link, out, plt, np):
         if coefficients[0] is None:
             print(f"plot: note: {op} {algo}: no model line (docs/systems-model.md has no formula for {op})")
             continue
-        model = link or fit(coefficients, seconds, np)
+        model = (link[1].get(algo, link[0]) if link else None) or fit(coefficients, seconds, np)
         if model is None:
             print(f"plot: note: {op} {algo}: no model line (an α–β fit needs two sizes or more on two ranks or more "
                   f"and a positive B; --link gives the link instead)")
             continue
         modelled = [c1 * model[0] + c2 / model[1] + c3 * model[2] for c1, c2, c3 in coefficients]
         ax.loglog(sizes, np.array(modelled) * 1e6, "--", color=measured.get_color(),
-                  label=f"{op} {algo}, model" + ("" if link else f" ({describe(model)}, fitted)"))
+                  label=f"{op} {algo}, model ({describe(model)}{'' if link else ', fitted'})")
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("time (µs)")
     title = f"{', '.join(sorted({op for op, _ in lines}))} on {p} ranks"
-    ax.set_title(title + (f"; link {describe(link)}" if link else ""), fontsize=9)
+    ax.set_title(title + ("; links of --link" if link else ""), fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     save(fig, out, "link_time.png")

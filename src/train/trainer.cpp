@@ -199,7 +199,7 @@ std::string Trainer::save(int step) {
   // a parameter): --comm-timeout plus that much at 10 MB/s, a slow network file system's rate, so that a large
   // checkpoint is not ended as a stalled rank.
   const WaitAllowance writing{.seconds = double(engine_->layout().total()) * 14 / 10e6,
-                                              .for_what = "rank 0's writing at 10 MB/s"};
+                              .for_what = "rank 0's writing at 10 MB/s"};
   // The first save of a run started with --overwrite removes the earlier run's checkpoints once it is in place.
   const std::string where = save_checkpoint(
       options_.save, *engine_, options_, step,

@@ -117,6 +117,11 @@ plots link_time.png "" --bench "$work/native.json"
 plots link_time.png "plot: note: allreduce ring: no model line (an α–β fit needs two sizes or more" \
   --bench "$work/one.json"
 plots link_time.png "" --bench "$work/all.json" --link "$work/link.json"
+# dpbench --fit's link.json of several algorithms: each model line with its own algorithm's fit.
+echo '{"alpha_s": 5e-6, "bandwidth_Bps": 1e9, "fits": [{"algo": "ring", "alpha_s": 5e-6, "bandwidth_Bps": 1e9},
+  {"algo": "tree", "alpha_s": 2e-6, "bandwidth_Bps": 2e9}, {"algo": "native", "alpha_s": "bad"}]}' \
+  > "$work/link-fits.json"
+plots link_time.png "" --bench "$work/all.json" --link "$work/link-fits.json"
 plots "loss.png step_time.png link_time.png" "" --run "$work/run.jsonl" --bench "$work/all.json"
 
 # A write that fails (here: beyond a file-size limit) leaves the earlier plot as it was, and no temporary beside it.
