@@ -20,6 +20,7 @@ REPEATS=${REPEATS:-3}
 OUT_DIR=${OUT_DIR:-$BUILD_DIR/bench-collectives}
 dptrain_require_counts NPS "$NPS" 1
 dptrain_require_count REPEATS "$REPEATS" 1
+[[ $DTYPE == bf16 || $DTYPE == fp32 ]] || dptrain_refuse "DTYPE must be bf16 or fp32, got '$DTYPE'"
 CORES=$(getconf _NPROCESSORS_ONLN)
 SWEEP=(--op allreduce --algo all -b 1K -e 64M -f 4 -c 1 -d "$DTYPE")
 

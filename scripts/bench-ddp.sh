@@ -7,6 +7,7 @@
 # DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm auto"); ROUNDS: alternations (default 2).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
+(($# <= 4)) || dptrain_refuse "takes at most 4 arguments (see its header), got $#: $*"
 config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
 ranks="${2:-2}"
 threads="${3:-1}"

@@ -10,6 +10,7 @@
 # DPTRAIN_FLAGS: more dptrain flags (e.g. "--cpu-gemm onednn-bf16").
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
+(($# <= 3)) || dptrain_refuse "takes at most 3 arguments (see its header), got $#: $*"
 config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
 threads="${2:-$(nproc)}"
 steps="${3:-12}"

@@ -41,6 +41,8 @@ dptrain_require_counts NPS "$NPS" 2  # a fit needs a link: two ranks or more
 dptrain_require_count REPEATS "$REPEATS" 1
 dptrain_require_count QUIET_WAIT "$QUIET_WAIT" 0
 dptrain_require_count RETRIES "$RETRIES" 0
+[[ $QUIET_LIMIT =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] ||
+  dptrain_refuse "QUIET_LIMIT must be a number of cores, e.g. 0.1, got '$QUIET_LIMIT'"
 
 # Open MPI as root, in containers where ptrace-based single copy (CMA) is not allowed.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

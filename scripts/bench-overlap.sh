@@ -20,6 +20,10 @@ STEPS=${STEPS:-12}
 ONLY=${ONLY:-}
 dptrain_require_counts NPS "$NPS" 2  # each np calibrates a link first
 dptrain_require_count STEPS "$STEPS" 8  # auto's row is of the steps after its trial (steps 2-7)
+for name in $ONLY; do  # the names of CONFIGS below
+  [[ " tiny small small/block wide " == *" $name "* ]] ||
+    dptrain_refuse "ONLY: unknown config '$name' (expected tiny, small, small/block or wide)"
+done
 dptrain_build --target dptrain dpbench
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

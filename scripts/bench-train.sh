@@ -6,6 +6,7 @@
 # ("--bf16": BF16 autocast, the peer of "--cpu-gemm onednn-bf16"); ROUNDS: alternations (default 2).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
+(($# <= 3)) || dptrain_refuse "takes at most 3 arguments (see its header), got $#: $*"
 config="${1:-$DPTRAIN_ROOT/configs/small.toml}"
 threads="${2:-$(nproc)}"
 steps="${3:-12}"

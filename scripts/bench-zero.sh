@@ -12,7 +12,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 NP=${NP:-4}
 STEPS=${STEPS:-4}
-dptrain_require_count NP "$NP" 1
+dptrain_require_count NP "$NP" 2  # each run calibrates a link first
 dptrain_require_count STEPS "$STEPS" 2  # the first is warm-up
 dptrain_build --target dptrain dpbench
 work="$(mktemp -d)"

@@ -39,7 +39,7 @@ dptrain_cpu_line() {
 # that is not TOML, or a shape value that is not a whole number, is refused in one line.
 dptrain_config_shape() {
   local shape
-  shape=$(python3 - "$1" 2>&1 <<'PY'
+  shape=$(/usr/bin/python3 - "$1" 2>&1 <<'PY'
 import sys, tomllib
 try:
     with open(sys.argv[1], "rb") as f:

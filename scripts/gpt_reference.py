@@ -252,15 +252,19 @@ def read_safetensors(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        begin, end = info["data_offsets"]
-        raw = body[begin:end]
-        if info["dtype"] == "F32":
-            array = np.frombuffer(raw, dtype="<f4")
-        elif info["dtype"] == "BF16":
-            array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            raise SystemExit(f"gpt_reference: {path}: tensor {name} has dtype {info['dtype']}; F32 or BF16 expected")
-        tensors[name] = array.reshape(info["shape"]).copy()
+        try:
+            begin, end = info["data_offsets"]
+            raw = body[begin:end]
+            if info["dtype"] == "F32":
+                array = np.frombuffer(raw, dtype="<f4")
+            elif info["dtype"] == "BF16":
+                array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+            else:
+                refuse(f"--safetensors: '{path}': tensor {name} has dtype {info['dtype']}; F32 or BF16 expected")
+            tensors[name] = array.reshape(info["shape"]).copy()
+        except (TypeError, KeyError, ValueError) as e:  # an entry that is not an object, lacks a key, or misfits
+            refuse(f"--safetensors: '{path}': tensor {name}'s entry {json.dumps(info)[:200]} does not describe its "
+                   f"bytes ({type(e).__name__}: {e})")
     return tensors
 
 
@@ -299,7 +303,11 @@ def check(args):
     loss = model(windows[:, :-1], windows[:, 1:])
     loss.backward()
     if args.grads:  # the flat gradient in layout order, fp32 little-endian
-        np.concatenate([p.grad.detach().numpy().astype("<f4").ravel() for p in model.parameters()]).tofile(args.grads)
+        try:
+            np.concatenate([p.grad.detach().numpy().astype("<f4").ravel() for p in model.parameters()]).tofile(
+                args.grads)
+        except OSError as e:
+            refuse(f"--grads: cannot write '{args.grads}': {e.strerror}")
     # The inputs as torch used them, hashed like the C++ side hashes its flat buffer and windows: the weights as
     # fp32 little-endian in layout order, the windows as int32 little-endian.
     flat_weights = np.concatenate([p.detach().numpy().astype("<f4").ravel() for p in model.parameters()])

@@ -45,7 +45,17 @@ refused "bench-collectives.sh: NPS must be a whole number of at least 1, got 'tw
   env NPS="2 two" scripts/bench-collectives.sh
 refused "bench-model-fit.sh: NPS must be a whole number of at least 2, got '1'" env NPS=1 scripts/bench-model-fit.sh
 refused "bench-overlap.sh: STEPS must be a whole number of at least 8, got '0'" env STEPS=0 scripts/bench-overlap.sh
-refused "bench-zero.sh: NP must be a whole number of at least 1, got 'x'" env NP=x scripts/bench-zero.sh
+refused "bench-zero.sh: NP must be a whole number of at least 2, got 'x'" env NP=x scripts/bench-zero.sh
+refused "bench-zero.sh: NP must be a whole number of at least 2, got '1'" env NP=1 scripts/bench-zero.sh
+refused "bench-overlap.sh: ONLY: unknown config 'nosuch' (expected tiny, small, small/block or wide)" \
+  env ONLY="tiny nosuch" scripts/bench-overlap.sh
+refused "bench-collectives.sh: DTYPE must be bf16 or fp32, got 'fp16'" env DTYPE=fp16 scripts/bench-collectives.sh
+refused "bench-model-fit.sh: QUIET_LIMIT must be a number of cores, e.g. 0.1, got 'abc'" \
+  env QUIET_LIMIT=abc scripts/bench-model-fit.sh
+refused "bench-train.sh: takes at most 3 arguments (see its header), got 4: configs/tiny.toml 1 8 extra" \
+  scripts/bench-train.sh configs/tiny.toml 1 8 extra
+refused "bench-ddp.sh: takes at most 4 arguments (see its header), got 5: configs/tiny.toml 2 1 8 x" \
+  scripts/bench-ddp.sh configs/tiny.toml 2 1 8 x
 refused "bench-hosts.sh: RATE '50 mbit' is not a tc rate (expected a number of at least 8 bit/s and one of tc's units \
 bit, kbit, mbit, gbit, tbit, bps, kbps, mbps, gbps, tbps, e.g. 200mbit)" env RATE="50 mbit" scripts/bench-hosts.sh
 refused "sanitize-kernels.sh: takes no arguments (got: --help; the build folder is DPTRAIN_SANITIZE_BUILD)" \
@@ -79,6 +89,10 @@ if /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
     /usr/bin/python3 $reference check --safetensors "$work/none" --heads 2
   refused "gpt_reference: --safetensors: '$work/a-file' is not a safetensors file (unpack requires a buffer of 8 bytes)" \
     /usr/bin/python3 $reference check --safetensors "$work/a-file" --heads 2
+  printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":5}         ' > "$work/entry.safetensors"
+  refused "gpt_reference: --safetensors: '$work/entry.safetensors': tensor a's entry 5 does not describe its bytes \
+(TypeError: 'int' object is not subscriptable)" /usr/bin/python3 $reference check --safetensors "$work/entry.safetensors" \
+    --heads 2
 else
   echo "SKIP: gpt_reference.py's checks: Debian's python3-torch is not installed (the scripts' checks above passed)"
   exit 77
