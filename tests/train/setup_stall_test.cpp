@@ -51,6 +51,21 @@ TEST_F(SetupStall, InTheCheckThatEverySetUpSucceeded) {
   expect_ended(stall_rank_1_at(1), "the check that every rank's set-up succeeded");
 }
 
+TEST_F(SetupStall, ARankWhoseSetUpFailedNamesItsErrorInTheLine) {
+  // Rank 0's set-up fails (its environment), rank 1 stalls in the check both go to: rank 0's line says why it
+  // was there.
+  const auto start = std::chrono::steady_clock::now();
+  Launch launch;
+  launch.result = testing::run_command(
+      fmt::format("{} -q -x DPTRAIN_MPI_WAIT=foo {} : -n 1 env LD_PRELOAD={} STALL_AT=1 STALL_SECONDS={} {}",
+                  testing::mpiexec(1, 60), dptrain(""), DPTRAIN_STALL_SHIM, kStallSeconds, dptrain("")));
+  launch.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expect_ended(
+      launch,
+      "the check that every rank's set-up succeeded (this rank's failed: DPTRAIN_MPI_WAIT is 'foo': expected "
+      "spin, yield or sleep (or leave it unset: sleep))");
+}
+
 TEST_F(SetupStall, InTheComparisonOfHelp) {
   // After the two all-reduces of that check: the comparison of --help (2 all-gathers).
   expect_ended(stall_rank_1_at(3), "the comparison of --help across ranks");
