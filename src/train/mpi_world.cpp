@@ -55,6 +55,9 @@ DeviceGroup device_group(MPI_Comm node) {
 }
 
 MpiWorld::~MpiWorld() {
+  // MPI_Finalize waits for every rank and has no deadline: a rank stopped after the run's last exchange would hold
+  // the others there for ever. A watched barrier first: past the timeout the job ends with exit 4 instead.
+  watched("the barrier before MPI's end", [] { MPI_Barrier(MPI_COMM_WORLD); });
   MPI_Comm_free(&node_);
   MPI_Finalize();
 }

@@ -310,7 +310,6 @@ int Trainer::run() {
                  .ranks = world_.size(),
                  .peak_flops = peak_flops_,
                  .overlap = overlap_choice_.overlap_for_step(0)};
-  if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
   if (first_step_ > 0)
     say(fmt::format("dptrain | resumed from '{}' at step {}{}", options_.resume, first_step_,
                     changed_since_checkpoint_.empty()
@@ -326,6 +325,8 @@ int Trainer::run() {
                          stop_signal_name(setup_stop), first_step_ + 1));
     return 128 + setup_stop;
   }
+  // Opened (a fresh run's truncated) only now: a stop during set-up leaves an existing log as it was.
+  if (!options_.log.empty() && world_.rank() == 0) log_ = MetricsLog(options_.log, !options_.resume.empty());
   if (first_step_ == options_.steps) {  // a finished run resumed as it was (a job started again): nothing to do
     say(fmt::format("dptrain | the checkpoint in '{}' is at step {} = --steps: nothing to train (raise --steps to "
                     "continue)",
@@ -402,7 +403,9 @@ int Trainer::run() {
     const bool last = step + 1 == options_.steps;
     std::optional<double> val_loss;
     bool evaluation_cut = false;  // a stop signal ended this step's evaluation early: the run stops, also if last
-    if (last || (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0)) {
+    const bool evaluating = last || (options_.eval_every > 0 && (step + 1) % options_.eval_every == 0);
+    const bool checking = last || (options_.check_every > 0 && (step + 1) % options_.check_every == 0);
+    if (evaluating) {
       // In the trace, after the step: what the validation's collectives (stage 3's gathers) happen inside.
       const double evaluation_start = timeline.now();
       const Evaluation evaluation = evaluate();
@@ -412,7 +415,7 @@ int Trainer::run() {
       else
         stop_signal = evaluation.stop_signal, evaluation_cut = true;
     }
-    if (last || (options_.check_every > 0 && (step + 1) % options_.check_every == 0)) {
+    if (checking) {
       const double check_start = timeline.now();
       check_weights_agree(step + 1);
       timeline.add({TimelineEvent::Track::compute, "weight check", check_start, timeline.now(), step + 1});
@@ -433,8 +436,13 @@ int Trainer::run() {
                                          "--skip-nonfinite to go on)",
                                          step + 1, unsigned_nan(*val_loss)));
     }
+    // A stop request that came during this step's validation, weight check or save is agreed right after it (one
+    // small exchange), not at the end of one more step, and so one more save.
+    if (stop_signal == 0 && !last && (evaluating || checking)) stop_signal = agreed_stop_signal();
     const bool save_due = last || (options_.save_every > 0 && (step + 1) % options_.save_every == 0);
-    if (!options_.save.empty() && (save_due || stop_signal != 0)) save(step + 1);
+    const bool saving = !options_.save.empty() && (save_due || stop_signal != 0);
+    if (saving) save(step + 1);
+    if (stop_signal == 0 && !last && saving) stop_signal = agreed_stop_signal();
     transport_.collectives->log().take();  // evaluation, checks and checkpoints are not part of a step
     if (stop_signal != 0 && (!last || evaluation_cut)) {
       finish(shape, totals, stop_signal_name(stop_signal));

@@ -125,6 +125,28 @@ TEST_F(StopSignal, SigtermFinishesTheStepSavesAndExits143ThenResumes) {
   EXPECT_NE(resumed.output.find(fmt::format("step {}/{} ", step + 2, step + 2)), std::string::npos) << resumed.output;
 }
 
+// A request that comes during a save is agreed right after it: the run stops after that step, whose checkpoint is
+// the one just written, not after one more step and one more save. (19M parameters: a save of 0.25 GB takes long
+// enough for the signal to land inside it.)
+TEST_F(StopSignal, SigtermDuringASaveStopsAfterThatStep) {
+  Spawned run(dptrain("--steps 100000 --width 512 --layers 6 --heads 8 --batch 4 --eval-every 0 --save-every 1 "
+                      "--save " +
+                      (dir_ / "saving")),
+              dir_ / "saving.out");
+  const std::string temporary = dir_ / "saving/.step-000001.tmp";
+  for (const auto end = std::chrono::steady_clock::now() + 60s; !std::filesystem::exists(temporary);) {
+    ASSERT_LT(std::chrono::steady_clock::now(), end) << "no save of step 1 after 60 s\n" << run.output();
+    std::this_thread::sleep_for(1ms);
+  }
+  run.signal(SIGTERM);
+  EXPECT_EQ(run.wait_exit(60s), 128 + SIGTERM) << run.output();
+  EXPECT_NE(run.output().find("dptrain: stopped by SIGTERM after step 1 of 100000; checkpoint saved in"),
+            std::string::npos)
+      << run.output();
+  EXPECT_EQ(testing::file_bytes(dir_ / "saving/latest"), "step-000001\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "saving/step-000002"));
+}
+
 TEST_F(StopSignal, SigintExits130WithACheckpoint) {
   EXPECT_GT(stop_after_a_step(dptrain("--steps 100000 --save " + (dir_ / "int")), SIGINT, 128 + SIGINT, "int"), 0);
 }
@@ -168,7 +190,11 @@ TEST_F(StopSignal, WithoutSaveTheLineSaysNothingWasSavedAndTheSummaryAndTraceAre
 // A signal during set-up (here while --cpu-gemm auto times the libraries, after main() has begun) is a stop request
 // too: the run stops before its first step, with its line, instead of dying silently.
 TEST_F(StopSignal, SigtermDuringSetUpStopsBeforeTheFirstStep) {
-  Spawned run(dptrain("--steps 100000 --cpu-gemm auto --save " + (dir_ / "setup")), dir_ / "setup.out");
+  const std::string earlier = "{\"step\": 1, \"loss\": 5.5}\n";  // an earlier run's log: left as it was
+  testing::write_text(dir_ / "setup.jsonl", earlier);
+  Spawned run(
+      dptrain("--steps 100000 --cpu-gemm auto --save " + (dir_ / "setup") + " --log " + (dir_ / "setup.jsonl")),
+      dir_ / "setup.out");
   for (const auto end = std::chrono::steady_clock::now() + 30s; !run.catches(SIGTERM);) {
     ASSERT_LT(std::chrono::steady_clock::now(), end) << "no SIGTERM handler after 30 s\n" << run.output();
     std::this_thread::sleep_for(2ms);
@@ -180,6 +206,7 @@ TEST_F(StopSignal, SigtermDuringSetUpStopsBeforeTheFirstStep) {
             std::string::npos)
       << run.output();
   EXPECT_FALSE(std::filesystem::exists(dir_ / "setup/latest"));
+  EXPECT_EQ(testing::file_bytes(dir_ / "setup.jsonl"), earlier);
 }
 
 // The first SIGINT waits for the step (here 160,000 windows in 20,000 micro-steps: 5 s at 530k tokens/s on a
