@@ -183,9 +183,8 @@ int MpiWorld::agree(const std::function<void()>& setup, const char* program) con
   int worst = 0, failed = code != 0, failed_ranks = 0;
   // A rank whose set-up failed while the others went on into an exchange it never joins: its own error is in the
   // line that ends the job, else only the others' exchange would be named.
-  const std::string what = code == 0
-                               ? "the check that every rank's set-up succeeded"
-                               : "the check that every rank's set-up succeeded (this rank's failed: " + message + ")";
+  std::string what = "the check that every rank's set-up succeeded";
+  if (code != 0) what += " (this rank's failed: " + message + ")";
   watched(what, [&] {
     MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(&failed, &failed_ranks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
