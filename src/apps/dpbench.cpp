@@ -801,17 +801,8 @@ int run(int argc, char** argv, int rank) {
     return kExitBadInput;
   }
   if (!agreed_everywhere(device_unavailable(options->device, placement), rank)) return kExitBadInput;
-  // The MPI transport's variables, which each rank reads from its own environment.
-  const auto environment_problem = [&options]() -> std::string {
-    if (options->device != "cpu") return "";
-    try {
-      MpiTransport::check_environment();
-    } catch (const UserError& e) {
-      return e.what();
-    }
-    return "";
-  };
-  if (!agreed_everywhere(environment_problem(), rank)) return kExitBadInput;
+  // The transport's variables, which each rank reads from its own environment.
+  if (!agreed_everywhere(transport_environment_problem(options->device == "cuda"), rank)) return kExitBadInput;
   const std::unique_ptr<Bench> bench = make_bench(*options, placement);
   if (!memory_fits(*options, *bench, placement, rank)) return kExitBadInput;
 

@@ -1,11 +1,14 @@
 // The run's transport: MPI for the cpu backend, NCCL (where built) for the cuda backend.
 #include "dptrain/train/run_transport.hpp"
 
+#include <fmt/format.h>
 #include <mpi.h>
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include "dptrain/comm/mpi_transport.hpp"
+#include "dptrain/core/error.hpp"
 #if DPTRAIN_HAVE_NCCL
 #include "dptrain/comm/nccl_transport.hpp"
 #endif
@@ -19,6 +22,23 @@ std::string multi_rank_unsupported(const std::string& backend_name) {
 #else
   return "several ranks on GPUs need NCCL, which this build was made without (CMake found no nccl.h/libnccl)";
 #endif
+}
+
+std::string transport_environment_problem(bool nccl) {
+  if (nccl) {
+    const char* blocking = std::getenv("NCCL_COMM_BLOCKING");
+    if (blocking == nullptr) return "";
+    return fmt::format(
+        "NCCL_COMM_BLOCKING is set ('{}'): it would override the mode dptrain gives each NCCL communicator "
+        "(non-blocking, watched against --comm-timeout; blocking with --nccl-blocking); unset it",
+        blocking);
+  }
+  try {
+    MpiTransport::check_environment();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 RunTransport connect_run_transport(Backend& backend, Algorithm algorithm, Stream comm_stream, int gpu,

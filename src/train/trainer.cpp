@@ -42,9 +42,6 @@ double unsigned_nan(double x) { return std::isnan(x) ? std::fabs(x) : x; }
 
 Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(options), world_(world) {
   validate(options_, world_.size());
-  // Each rank's own environment, refused here where the ranks agree on set-up errors: refused first in connect(),
-  // the rank would leave the others in a collective it never joins.
-  MpiTransport::check_environment();
   overlap_choice_ = OverlapChoice(options_.no_overlap ? "off" : options_.overlap);
   placement_ = placement_from_environment(world_.device_rank(), world_.device_size());
   // --cpu-gemm auto: OpenBLAS until connect() has timed the libraries on every rank (before the first GEMM).
@@ -58,6 +55,10 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   const std::string unsupported = world_.size() > 1 ? multi_rank_unsupported(backend_->name()) : "";
   require(unsupported.empty(), "--device {}: {} ranks: {}; run one rank per job on a GPU, or --device cpu",
           backend_->name(), world_.size(), unsupported);
+  // Each rank's own environment, refused here where the ranks agree on set-up errors: refused first in connect(),
+  // the rank would leave the others in a collective it never joins.
+  if (std::string why = transport_environment_problem(backend_->name() == "cuda" && world_.size() > 1); !why.empty())
+    throw UserError(why);
   // Before anything large is allocated: a run that cannot fit is refused with the estimate and what is available
   // (the GPU's free memory, shared by the ranks placed on it; else the host's, shared by the node's ranks).
   const bool own_memory = backend_->device().memory_free() > 0;

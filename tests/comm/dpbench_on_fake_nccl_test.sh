@@ -2,7 +2,7 @@
 # dpbench --device cuda end to end over the fake NCCL and CUDA runtime (tests/comm/nccl_on_cpu/fake_nccl.hpp), three
 # ranks on the fake's one device: every collective and algorithm checked (-c 1) on a non-blocking and a blocking
 # communicator, NCCL's estimate in its column, the header naming the transport; a stalled group ends every rank
-# within --comm-timeout with the line that names it and exit 4.
+# within --comm-timeout with the line that names it and exit 4; NCCL_COMM_BLOCKING set is refused on every rank.
 # Usage: dpbench_on_fake_nccl_test.sh DPBENCH_ON_FAKE_NCCL MPIEXEC
 set -uo pipefail
 dpbench=$1
@@ -36,4 +36,19 @@ FAKE_NCCL_STALL_GROUP=20 timeout 60 "$mpiexec" -n 3 --oversubscribe "$dpbench" -
 [ "$status" = 4 ] || { cat "$out/stall.txt"; fail "a stalled group: exit $status, expected 4"; }
 grep -Eq "^dpbench: rank [0-2]: NCCL: (schedule|all_reduce) did not complete in 1 s$" "$out/stall.txt" ||
   { cat "$out/stall.txt"; fail "no 'dpbench: rank R: NCCL: ... did not complete in 1 s' line"; }
+# NCCL_COMM_BLOCKING overrides the mode of every communicator (the estimates' blocking one too): refused with one
+# line and exit 2, once from rank 0 where every rank has it, by the rank itself where one has it.
+status=0
+NCCL_COMM_BLOCKING=0 timeout 60 "$mpiexec" -n 3 --oversubscribe "$dpbench" --device cuda -b 1K -e 1K \
+  > "$out/env-all.txt" 2>&1 || status=$?
+[ "$status" = 2 ] || { cat "$out/env-all.txt"; fail "NCCL_COMM_BLOCKING=0 on every rank: exit $status, expected 2"; }
+[ "$(grep -c "^dpbench: NCCL_COMM_BLOCKING is set ('0'): .*; unset it$" "$out/env-all.txt")" = 1 ] ||
+  { cat "$out/env-all.txt"; fail "NCCL_COMM_BLOCKING=0 on every rank: not one line from rank 0"; }
+status=0
+timeout 60 "$mpiexec" --oversubscribe -n 1 "$dpbench" --device cuda -b 1K -e 1K : \
+  -n 1 env NCCL_COMM_BLOCKING=1 "$dpbench" --device cuda -b 1K -e 1K : \
+  -n 1 "$dpbench" --device cuda -b 1K -e 1K > "$out/env-one.txt" 2>&1 || status=$?
+[ "$status" = 2 ] || { cat "$out/env-one.txt"; fail "NCCL_COMM_BLOCKING=1 on rank 1: exit $status, expected 2"; }
+grep -q "^dpbench: rank 1: NCCL_COMM_BLOCKING is set ('1'): " "$out/env-one.txt" ||
+  { cat "$out/env-one.txt"; fail "NCCL_COMM_BLOCKING=1 on rank 1: no line from rank 1"; }
 echo "dpbench on the fake NCCL: all checks passed"

@@ -9,7 +9,7 @@
 # GEMM epilogues within 1e-2 (BF16 roundings of other values), each run's summary saying which it ran; a checkpoint resumes bit for bit, and at another world size and stage within 1e-2;
 # the steps after the first allocate no memory; --overlap auto, --check-every and --trace work there.
 # A group stalled on every rank ends the job within --comm-timeout with the
-# watchdog's line naming the unit and exit 4.
+# watchdog's line naming the unit and exit 4. NCCL_COMM_BLOCKING set on one rank is refused on both.
 # Usage: dptrain_on_fake_cuda_test.sh DPTRAIN_ON_FAKE_CUDA MPIEXEC
 set -uo pipefail
 dptrain=$1
@@ -116,4 +116,12 @@ FAKE_NCCL_STALL_GROUP=3 timeout 60 "$mpiexec" -n 2 --oversubscribe "$dptrain" --
 [ "$status" = 4 ] || { cat "$out/stall.txt"; fail "a stalled group: exit $status, expected 4"; }
 grep -Eq "^dptrain: rank [01]: [a-z_]+ on unit .+ did not complete in 2 s$" "$out/stall.txt" ||
   { cat "$out/stall.txt"; fail "no 'dptrain: rank R: <collective> on unit <name> did not complete in 2 s' line"; }
+# NCCL_COMM_BLOCKING, which would override the communicator's mode, on one rank of two: refused on both.
+status=0
+timeout 60 "$mpiexec" --oversubscribe -n 1 "$dptrain" --device cuda --data "$out/corpus.txt" --vocab 256 --seq 8 \
+  --layers 1 --width 32 --heads 2 --steps 1 : -n 1 env NCCL_COMM_BLOCKING=0 "$dptrain" --device cuda \
+  --data "$out/corpus.txt" --vocab 256 --seq 8 --layers 1 --width 32 --heads 2 --steps 1 > "$out/env.txt" 2>&1 ||
+  status=$?
+[ "$status" = 2 ] && grep -q "rank 1: NCCL_COMM_BLOCKING is set ('0'): .*; unset it" "$out/env.txt" ||
+  { cat "$out/env.txt"; fail "NCCL_COMM_BLOCKING=0 on rank 1: exit $status, expected 2 and the line"; }
 echo "dptrain on the fake CUDA runtime and NCCL: all checks passed"

@@ -7,8 +7,9 @@
 //   - isend/irecv are issued as one group at the first wait;
 //   - a stalled operation ends within the deadline in ncclCommAbort and a CommTimeout naming it, an asynchronous
 //     error in the line that names the error, on every rank;
-//   - abort() waits a bounded time for a blocking call that holds the communicator and then leaves it; on an idle
-//     transport it aborts at once and later calls say so;
+//   - abort() waits a bounded time for a blocking call that holds the communicator and then leaves it, waits for
+//     an open group to be closed (never aborts under it), and waits a bounded time for ncclCommAbort itself; on an
+//     idle transport it aborts at once and later calls say so;
 //   - simulated_seconds() is NCCL's estimate (made on the blocking communicator it opens) in seconds.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -196,6 +197,51 @@ TEST(CommNcclOnCpu, AnAbortWaitsABoundedTimeForABlockingCallThenLeavesTheCommuni
   long wrong = 0;                                 // the call completed undisturbed
   for (float x : data) wrong += x != float(p);
   EXPECT_EQ(global_sum(wrong), 0);
+}
+
+TEST(CommNcclOnCpu, AnAbortFromAnotherThreadWaitsUntilTheOpenGroupIsClosed) {
+  for (bool blocking : {false, true}) {
+    SCOPED_TRACE(blocking ? "blocking" : "non-blocking");
+    FakeStream stream;
+    NcclTransport transport(MPI_COMM_WORLD, 0, stream.handle, NcclSettings{.timeout_s = 30, .blocking = blocking});
+    // To this rank itself: no peer's data is awaited by a group that one rank's abort leaves unmoved.
+    const int self = transport.rank();
+    std::vector<float> out(256, 1.0f), in(256, 0.0f);
+    const std::size_t bytes = out.size() * sizeof(float);
+    const int aborts_before = fake_nccl::aborts(), in_group_before = fake_nccl::aborts_while_a_group_was_open();
+    fake_nccl::set_send_seconds(0.5);  // the send holds the group open half a second
+    std::string message;
+    std::thread comm([&] {
+      message = message_of([&] {
+        Request requests[] = {transport.isend(self, out.data(), bytes), transport.irecv(self, in.data(), bytes)};
+        transport.wait_all(requests);
+      });
+    });
+    while (!fake_nccl::in_held_send()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    transport.abort();  // a watchdog's, while the comm thread is inside the group
+    comm.join();
+    fake_nccl::set_send_seconds(0);
+    fake_cuda::drain_all();
+    EXPECT_EQ(fake_nccl::aborts(), aborts_before + 1);
+    EXPECT_EQ(fake_nccl::aborts_while_a_group_was_open(), in_group_before);
+    // The abort came once the group was closed: before the exchange completed, which then says so, or after.
+    EXPECT_TRUE(message.empty() || (message.starts_with("NCCL: ") && message.ends_with(" ended by an abort")))
+        << message;
+  }
+}
+
+TEST(CommNcclOnCpu, AnAbortThatWaitsForThePeersIsLeftAfterABoundedTime) {
+  FakeStream stream;
+  NcclTransport transport(MPI_COMM_WORLD, 0, stream.handle, NcclSettings{});
+  const int aborts_before = fake_nccl::aborts();
+  fake_nccl::set_abort_seconds(5);  // ncclCommAbort waiting for other ranks' aborts that do not come
+  const auto start = std::chrono::steady_clock::now();
+  transport.abort();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fake_nccl::set_abort_seconds(0);
+  EXPECT_EQ(fake_nccl::aborts(), aborts_before + 1);
+  EXPECT_GE(seconds, 2.9);  // the 3 s abort() gives the library, not the 5 s it takes
+  EXPECT_LT(seconds, 4.5);
 }
 
 TEST(CommNcclOnCpu, AnAbortOfAnIdleTransportIsAtOnceAndLaterCallsSaySo) {

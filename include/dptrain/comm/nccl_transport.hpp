@@ -101,11 +101,14 @@ class NcclTransport final : public Transport, private StepStreams {
   // Makes one NCCL call on the communicator (unless it was aborted) and waits for it to settle: in non-blocking mode
   // a call may still be in progress. Throws (after aborting) on an error or past the deadline.
   void settle(std::string_view name, const std::function<int()>& call);
+  // The same for a call that settles on the communicator `polled` (read after each call: an init sets it).
+  void settle(std::string_view name, ncclComm* const& polled, const std::function<int()>& call);
   // Runs `call` under the communicator's lock, after checking that no other thread has aborted it.
   int locked(std::string_view name, const std::function<int()>& call);
   // Issues the queued isend/irecv as one group.
   void flush_queued();
-  // ncclGroupStart/End, settled, remembering whether this thread is inside a group (abort_and_throw closes it).
+  // ncclGroupStart/End, settled, remembering whether this thread is inside a group (abort_and_throw closes it);
+  // the lock is held in between.
   void group_start();
   void group_end();
   // The host waits for everything issued on the stream (see the class comment for errors and the deadline).
@@ -133,8 +136,8 @@ class NcclTransport final : public Transport, private StepStreams {
   // Held around every call into the communicator and by abort(): an abort from another thread (the engine's
   // watchdog) never frees the communicator under a call in progress. In non-blocking mode NCCL's calls return at
   // once, so it is held for microseconds; a blocking call may hold it while it waits on a peer, so abort() waits
-  // for it a bounded time only.
-  std::timed_mutex calls_;
+  // for it a bounded time only. Recursive: an open group holds it, and each call in the group takes it again.
+  std::recursive_timed_mutex calls_;
   int device_ = 0, rank_ = 0, size_ = 1;
   NcclSettings settings_;
   CUstream_st* stream_;                   // transfers and native collectives (the caller's comm stream)

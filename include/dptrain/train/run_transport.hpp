@@ -24,6 +24,13 @@ struct RunTransport {
 // Whether this build can connect `backend_name` ranks of a multi-rank job ("" when it can, else why not).
 std::string multi_rank_unsupported(const std::string& backend_name);
 
+// What in this rank's own environment the run's transport (NCCL where `nccl`, else MPI) would not work with, in
+// one line, or "": the MPI transport's DPTRAIN_MPI_WAIT and DPTRAIN_MPI_SPIN_US (MpiTransport::check_environment),
+// or for NCCL a set NCCL_COMM_BLOCKING, which overrides the mode given to each communicator (non-blocking, so that
+// the deadline can end any call; blocking with --nccl-blocking; blocking for NCCL's estimates, which run for real
+// on a non-blocking one). Each rank reads its own environment: the caller makes the ranks agree.
+std::string transport_environment_problem(bool nccl);
+
 // Collective: every rank calls it with the same algorithm. `comm_stream` is the engine's, `gpu` the rank's GPU
 // (cuda backend), timeout_s the --comm-timeout a device transport watches its operations with, nccl_blocking
 // --nccl-blocking (NcclSettings::blocking).

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <exception>
+#include <future>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -25,6 +27,26 @@ ncclDataType_t nccl_type(DType dtype) { return dtype == DType::bf16 ? ncclBfloat
 constexpr std::chrono::microseconds kSpinBeforeSleeping{200};
 // How long abort() waits for a call in progress on another thread to return.
 constexpr std::chrono::seconds kAbortWaitsForACall{2};
+// How long abort() waits for ncclCommAbort itself: it can wait for the peers' own aborts (NCCL's proxy thread
+// stays while other ranks of the node are connected to it), and the job's end must not wait for them.
+constexpr std::chrono::seconds kAbortWaitsForTheLibrary{3};
+
+// ncclCommAbort on `comm`, on a thread of its own, waited for at most kAbortWaitsForTheLibrary: past that it is
+// left running, and the process's end (MPI_Abort follows every abort) ends it.
+void abort_bounded(ncclComm* comm, int device) noexcept {
+  try {
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    std::thread([comm, device, done] {
+      cudaSetDevice(device);  // unchecked: the abort is all that is left to do
+      ncclCommAbort(comm);
+      done->set_value();
+    }).detach();
+    finished.wait_for(kAbortWaitsForTheLibrary);
+  } catch (...) {  // no thread could be made: abort on this one
+    ncclCommAbort(comm);
+  }
+}
 
 }  // namespace
 
@@ -57,11 +79,11 @@ NcclTransport::~NcclTransport() {
     if (state == ncclSuccess)
       ncclCommDestroy(comm_);
     else
-      ncclCommAbort(comm_);
+      abort_bounded(comm_, device_);
   }
   if (simulation_comm_ != nullptr) {  // blocking, and never given any work
     if (aborted_)
-      ncclCommAbort(simulation_comm_);
+      abort_bounded(simulation_comm_, device_);
     else
       ncclCommDestroy(simulation_comm_);
   }
@@ -85,10 +107,10 @@ void NcclTransport::connect(ncclComm*& into, bool blocking) {
   const ncclUniqueId& id = hello.id;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = blocking ? 1 : 0;
-  settle("ncclCommInitRankConfig", [&] {
+  settle("ncclCommInitRankConfig", into, [&] {
     ncclComm_t nccl = nullptr;
     const ncclResult_t init = ncclCommInitRankConfig(&nccl, size_, id, rank_, &config);
-    into = nccl;  // set even while in progress: settle() polls comm_
+    into = nccl;  // set even while in progress: settle() polls it
     return int(init);
   });
 }
@@ -121,7 +143,7 @@ void NcclTransport::abort() noexcept {
   // the job's end (MPI_Abort follows every abort) ends the call with the process.
   std::unique_lock lock(calls_, std::defer_lock);
   if (!lock.try_lock_for(kAbortWaitsForACall)) return;
-  if (comm_ != nullptr && !aborted_.exchange(true)) ncclCommAbort(comm_);
+  if (comm_ != nullptr && !aborted_.exchange(true)) abort_bounded(comm_, device_);
 }
 
 int NcclTransport::locked(std::string_view name, const std::function<int()>& call) {
@@ -133,8 +155,11 @@ int NcclTransport::locked(std::string_view name, const std::function<int()>& cal
 template <typename Error>
 [[noreturn]] void NcclTransport::abort_and_throw(const std::string& message) {
   // An abort inside an open group would only be queued until the group ends (ncclCommAbort is a group operation
-  // itself): close the group first, whatever it returns.
-  if (std::exchange(in_group_, false)) ncclGroupEnd();
+  // itself): close the group first, whatever it returns, and let go of the group's hold on the lock.
+  if (std::exchange(in_group_, false)) {
+    ncclGroupEnd();
+    calls_.unlock();
+  }
   abort();
   throw Error(fmt::format("NCCL: {}", message));
 }
@@ -144,7 +169,9 @@ void NcclTransport::throw_if_aborted(std::string_view what) const {
   if (aborted_) throw std::runtime_error(fmt::format("NCCL: {} ended by an abort", what));
 }
 
-void NcclTransport::settle(std::string_view name, const std::function<int()>& call) {
+void NcclTransport::settle(std::string_view name, const std::function<int()>& call) { settle(name, comm_, call); }
+
+void NcclTransport::settle(std::string_view name, ncclComm* const& polled, const std::function<int()>& call) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + timeout();
   auto state = static_cast<ncclResult_t>(locked(name, call));
@@ -154,14 +181,14 @@ void NcclTransport::settle(std::string_view name, const std::function<int()>& ca
     std::this_thread::yield();
     state = static_cast<ncclResult_t>(locked(name, [&] {
       ncclResult_t now = ncclInProgress;
-      return int(ncclCommGetAsyncError(comm_, &now) == ncclSuccess ? now : ncclInternalError);
+      return int(ncclCommGetAsyncError(polled, &now) == ncclSuccess ? now : ncclInternalError);
     }));
   }
   if (state != ncclSuccess) {
     std::string detail;
-    if (comm_ != nullptr)
+    if (polled != nullptr)
       locked(name, [&] {
-        detail = ncclGetLastError(comm_);
+        detail = ncclGetLastError(polled);
         return 0;
       });
     abort_and_throw<std::runtime_error>(fmt::format("{} failed: {} ({})", name, ncclGetErrorString(state), detail));
@@ -278,14 +305,24 @@ void NcclTransport::transfer(std::span<const Message> sends, std::span<const Mes
   group_end();
 }
 
+// The lock is held from ncclGroupStart until ncclGroupEnd has returned, so that an abort from another thread never
+// meets an open group (it would free the communicator the group still lists); waiting for the group to settle
+// happens after, with the lock taken per poll as for any call.
 void NcclTransport::group_start() {
-  settle("ncclGroupStart", [] { return int(ncclGroupStart()); });
+  calls_.lock();
+  const ncclResult_t started = aborted_ ? ncclSuccess : ncclGroupStart();
+  if (aborted_ || started != ncclSuccess) {
+    calls_.unlock();
+    settle("ncclGroupStart", [started] { return int(started); });  // throws: aborted, or the error
+  }
   in_group_ = true;
 }
 
 void NcclTransport::group_end() {
   in_group_ = false;
-  settle("ncclGroupEnd", [] { return int(ncclGroupEnd()); });
+  const int ended = int(ncclGroupEnd());
+  calls_.unlock();
+  settle("ncclGroupEnd", [ended] { return ended; });
 }
 
 void NcclTransport::reduces_wait_for_transfers() {

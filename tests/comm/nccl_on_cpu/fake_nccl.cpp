@@ -44,6 +44,11 @@ std::atomic<double> group_end_hold_s{0};
 std::atomic<int> abort_count{0};
 std::atomic<int> forbidden_calls{0};
 std::atomic<int> holding{0};  // threads inside a held ncclGroupEnd
+std::atomic<double> send_hold_s{0};
+std::atomic<int> holding_send{0};  // threads inside a held ncclSend
+std::atomic<double> abort_hold_s{0};
+std::atomic<int> open_groups{0};  // threads between ncclGroupStart and the ncclGroupEnd that closes the group
+std::atomic<int> aborts_in_open_group{0};
 std::atomic<long> groups_issued{0};
 
 // FAKE_NCCL_STALL_GROUP=N: the N-th group this process issues stalls (for programs run whole, such as dpbench).
@@ -180,6 +185,10 @@ void set_polls_in_progress(int polls) { polls_per_call = polls; }
 void stall_next_group() { stall_next = true; }
 void set_async_error(ncclResult_t error) { async_error = error; }
 void set_blocking_group_end_seconds(double seconds) { group_end_hold_s = seconds; }
+void set_send_seconds(double seconds) { send_hold_s = seconds; }
+bool in_held_send() { return holding_send > 0; }
+void set_abort_seconds(double seconds) { abort_hold_s = seconds; }
+int aborts_while_a_group_was_open() { return aborts_in_open_group; }
 int aborts() { return abort_count; }
 int calls_while_in_progress() { return forbidden_calls; }
 bool in_held_group_end() { return holding > 0; }
@@ -262,22 +271,29 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   ++abort_count;
+  if (open_groups > 0) ++aborts_in_open_group;
   {
     const std::lock_guard lock(comm->mutex);
     comm->aborted = true;
   }
   comm->aborted_changed.notify_all();
+  std::this_thread::sleep_for(std::chrono::duration<double>(abort_hold_s.load()));
   return ncclSuccess;
 }
 
 ncclResult_t ncclGroupStart() {
-  if (group_depth++ == 0) group.clear();
+  if (group_depth++ == 0) {
+    group.clear();
+    ++open_groups;
+  }
   return ncclSuccess;
 }
 
 ncclResult_t ncclGroupEnd() {
   if (group_depth == 0) return ncclInvalidUsage;
-  if (--group_depth > 0 || group.empty()) return ncclSuccess;
+  if (--group_depth > 0) return ncclSuccess;
+  --open_groups;
+  if (group.empty()) return ncclSuccess;
   std::vector<Call> calls;
   calls.swap(group);
   ncclComm* comm = calls.front().comm;
@@ -307,6 +323,7 @@ ncclResult_t ncclGroupEnd() {
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
   if (group_depth == 0) return ncclInvalidUsage;
   if (--group_depth > 0) return ncclSuccess;
+  --open_groups;
   std::vector<Call> calls;
   calls.swap(group);
   std::size_t bytes = 0;
@@ -320,6 +337,11 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
 
 ncclResult_t ncclSend(const void* data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
+  if (send_hold_s > 0) {
+    ++holding_send;
+    std::this_thread::sleep_for(std::chrono::duration<double>(send_hold_s.load()));
+    --holding_send;
+  }
   return add({Call::send, data, nullptr, count, type, peer, comm, stream});
 }
 
