@@ -8,6 +8,11 @@
 // exact (erf) GELU differ by 3–80 % of the value (GELU' by 3–50 % at x ≤ −3), outside one BF16 rounding (2⁻⁸), which
 // the test verifies of its own values before it relies on it. The bound on each element: one rounding to the
 // activation dtype of a value within 1e-6·(1 + |x|) of the double-precision result (fp32 tanh and arithmetic).
+// On a GPU, cuBLASLt's GELU epilogues take tanh from the hardware's approximation (MUFU.TANH, PTX's
+// tanh.approx.f32: relative error up to 2⁻¹⁰·⁹⁹, seen in the SASS of its AUX and DGELU kernels), which adds
+// ε·|t| to t = tanh(u), u = k0·(x + k1·x³): ½·|x|·ε·|t| to GELU, ε·|t|·(½ + |x|·|t|·k0·(1 + 3·k1·x²)) to GELU';
+// in the tail that is more than the two forms differ by (at x = −4, ~1e-3 against 6e-5), so there the form is
+// checked on the other backends only.
 // The parameter gradients (dw, dbias) are bitwise what matmul_backward gives on the same backend. A harness whose
 // GEMM refuses the epilogue after running part of a product shows the composition rewriting all of it.
 #include <gtest/gtest.h>
@@ -24,9 +29,9 @@
 namespace dptrain {
 namespace {
 
-double gelu_tanh(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
-}
+constexpr double kK0 = 0.7978845608028654, kK1 = 0.044715;                   // √(2/π), the cubic's coefficient
+double tanh_of(double x) { return std::tanh(kK0 * (x + kK1 * x * x * x)); }  // t = tanh(u)
+double gelu_tanh(double x) { return 0.5 * x * (1 + tanh_of(x)); }
 double gelu_erf(double x) { return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2)); }
 // Derivatives by central differences in double: step 1e-5, error ~1e-10, far below the bounds here.
 template <typename F>
@@ -42,15 +47,26 @@ constexpr float kGeluTail = -2.5f, kDerivativeTail = -3.0f;
 class MatmulGelu : public test::BackendTest<> {
  protected:
   std::mt19937 rng_{5};
-  double bound(double value, double x) const {
-    return test::unit_roundoff(act()) * std::abs(value) + 1e-6 * (1 + std::abs(x));
+  // The relative error of the tanh the epilogues use: the hardware's approximation on a GPU (2⁻¹⁰, above its
+  // 2⁻¹⁰·⁹⁹), none beyond fp32's elsewhere (the cpu backend and the harness compute tanhf).
+  double tanh_error() const { return be->name() == "cuda" && be->fuses_matmul_epilogues() ? 0x1p-10 : 0.0; }
+  // The error tanh_error() puts into GELU (derivative false) or GELU' (true) at x.
+  double approximation_error(double x, bool derivative) const {
+    const double t = std::abs(tanh_of(x)), e = tanh_error() * t;
+    return derivative ? e * (0.5 + std::abs(x) * t * kK0 * (1 + 3 * kK1 * x * x)) : 0.5 * std::abs(x) * e;
   }
-  // Expects got within bound of the tanh form, and for x ≤ tail that the erf form lies outside 4 bounds.
-  void expect_tanh_form(double got, double x, double tanh_form, double erf_form, double tail,
+  double bound(double value, double x, bool derivative) const {
+    const double e = approximation_error(x, derivative);
+    return test::unit_roundoff(act()) * (std::abs(value) + e) + e + 1e-6 * (1 + std::abs(x));
+  }
+  // Expects got within bound of the tanh form, and for x ≤ tail, where the backend's tanh is accurate, that the
+  // erf form lies outside 4 bounds.
+  void expect_tanh_form(double got, double x, double tanh_form, double erf_form, double tail, bool derivative,
                         const char* what) const {
-    EXPECT_NEAR(got, tanh_form, bound(tanh_form, x)) << what << " at x = " << x;
-    if (x <= tail) {
-      ASSERT_GT(std::abs(tanh_form - erf_form), 4 * bound(tanh_form, x)) << "the test cannot tell the forms apart";
+    EXPECT_NEAR(got, tanh_form, bound(tanh_form, x, derivative)) << what << " at x = " << x;
+    if (x <= tail && tanh_error() == 0) {
+      ASSERT_GT(std::abs(tanh_form - erf_form), 4 * bound(tanh_form, x, derivative))
+          << "the test cannot tell the forms apart";
     }
   }
 };
@@ -82,7 +98,7 @@ TEST_P(MatmulGelu, ForwardIsTheTanhGeluOfTheProductAndKeepsTheProduct) {
         for (std::size_t c = 0; c < s.OC; ++c) {
           const double x = w[c * s.C + i % s.C];
           ASSERT_EQ(p[i * s.OC + c], float(x)) << "pre[" << i << "," << c << "]";
-          expect_tanh_form(o[i * s.OC + c], x, gelu_tanh(x), gelu_erf(x), kGeluTail, "gelu");
+          expect_tanh_form(o[i * s.OC + c], x, gelu_tanh(x), gelu_erf(x), kGeluTail, false, "gelu");
         }
     }
   }
@@ -123,7 +139,7 @@ TEST_P(MatmulGelu, BackwardIsTheProductTimesTheTanhGeluDerivative) {
     for (std::size_t i = 0; i < s.N; ++i)
       for (std::size_t c = 0; c < s.C; ++c) {
         const double x = pre[i * s.C + c];
-        expect_tanh_form(d[i * s.C + c], x, derivative(gelu_tanh, x), derivative(gelu_erf, x), kDerivativeTail,
+        expect_tanh_form(d[i * s.C + c], x, derivative(gelu_tanh, x), derivative(gelu_erf, x), kDerivativeTail, true,
                          "gelu'");
       }
     EXPECT_EQ(dw.download(), dw_ref.download());
