@@ -28,13 +28,21 @@ fs::path resolved(const std::string& path) {
   return error ? at.lexically_normal() : canonical;
 }
 
+// Whether two paths name one file: the same path once resolved, or, where both exist, the same file by device and
+// inode (hard links).
+bool same_file(const std::string& a, const std::string& b) {
+  if (resolved(a) == resolved(b)) return true;
+  std::error_code error;
+  return fs::equivalent(a, b, error) && !error;
+}
+
 }  // namespace
 
 void require_distinct_paths(std::initializer_list<NamedPath> paths) {
   const std::vector<NamedPath> given(paths);
   for (std::size_t i = 0; i < given.size(); ++i)
     for (std::size_t j = i + 1; j < given.size(); ++j)
-      if (!given[i].path.empty() && !given[j].path.empty() && resolved(given[i].path) == resolved(given[j].path))
+      if (!given[i].path.empty() && !given[j].path.empty() && same_file(given[i].path, given[j].path))
         fail("{} '{}' and {} '{}' are the same path: the run would write one over the other; give each its own",
              given[i].flag, given[i].path, given[j].flag, given[j].path);
 }

@@ -49,6 +49,16 @@ LinkSource link_from_spec(const std::string& spec) {
   }
 }
 
+void require_finite_model_times(const LinkSource& source, int ranks, double bytes) {
+  for (const cost::Collective kind : {cost::Collective::ring_all_reduce, cost::Collective::tree_all_reduce}) {
+    const double seconds = cost::collective_cost(kind, std::max(2, ranks), bytes, source.link).seconds;
+    require(std::isfinite(seconds),
+            "--link: the model's time of a {} of the {:.0f}-byte gradient is {} s with {}: beyond what a double "
+            "holds; give values of a real link",
+            cost::collective_name(kind), bytes, seconds, cost::describe(source.link));
+  }
+}
+
 LinkSource calibrate_link(Collectives& collectives, Memory& memory, std::size_t max_bytes, double budget_seconds,
                           const WatchedExchange& watched) {
   const int p = collectives.size();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <iostream>
 #include <string_view>
 #include <thread>
@@ -24,7 +25,7 @@ namespace {
 
 constexpr int kThreadsPerHardwareThread = 4;
 // A per-rank peak far above any machine's (an H200 is 989 TFLOP/s), and whose FLOP/s stays finite.
-constexpr double kMaxPeakTflops = 1e9;
+constexpr double kMinPeakTflops = 1e-6, kMaxPeakTflops = 1e9;  // 1 MFLOP/s to 1 ZFLOP/s, as dpmodel
 
 // Edits (insertions, deletions, substitutions) between two words: what makes `lyaers` close to `layers`.
 std::size_t edit_distance(const std::string& a, const std::string& b) {
@@ -199,10 +200,10 @@ void validate(const TrainOptions& o, int world_size) {
   require(o.eval_windows >= 1, "--eval-windows must be at least 1, got {}", o.eval_windows);
   require(o.check_every >= 0, "--check-every must be non-negative, got {}", o.check_every);
   require(o.save_every >= 0, "--save-every must be non-negative, got {}", o.save_every);
-  require(o.peak_tflops >= 0 && o.peak_tflops <= kMaxPeakTflops,
-          "--peak-tflops must be in [0, {:g}] TFLOP/s per rank (0: a known GPU's datasheet figure, else a GEMM "
-          "probe), got {}",
-          kMaxPeakTflops, o.peak_tflops);
+  require(o.peak_tflops == 0 || (o.peak_tflops >= kMinPeakTflops && o.peak_tflops <= kMaxPeakTflops),
+          "--peak-tflops must be 0 or in [{:g}, {:g}] TFLOP/s per rank (0: a known GPU's datasheet figure, else a "
+          "GEMM probe), got {}",
+          kMinPeakTflops, kMaxPeakTflops, o.peak_tflops);
   require(o.max_skipped >= 1, "--max-skipped must be at least 1, got {}", o.max_skipped);
   // More threads than a few per hardware thread only slows a rank down, and very many exhaust the stacks OpenMP
   // reserves (100000 crashed).
@@ -240,15 +241,21 @@ void validate(const TrainOptions& o, int world_size) {
   require_distinct_paths(o);
 }
 
-// Outputs that would overwrite each other or the training data (--log run.jsonl --trace run.jsonl, --log x
-// --save x, --log corpus.txt), or lie where a save rewrites or the next run reads (--log ck/latest, --log
+// Outputs that would overwrite each other, the training data or a link file (--log run.jsonl --trace run.jsonl,
+// --log x --save x, --log corpus.txt, --log link.json --link link.json), or lie where a save rewrites, the run
+// resumes from or the next run reads (--log ck/latest, --trace ck/step-000100/meta.json, --log
 // corpus/run.jsonl), are refused before anything is written.
 void require_distinct_paths(const TrainOptions& o) {
-  require_distinct_paths({{"--log", o.log}, {"--trace", o.trace}, {"--save", o.save}, {"--data", o.data}});
-  for (const NamedPath& output : {NamedPath{"--log", o.log}, NamedPath{"--trace", o.trace}})
+  const std::string link_file = std::filesystem::is_regular_file(o.link) ? o.link : "";  // not a preset or spec
+  require_distinct_paths(
+      {{"--log", o.log}, {"--trace", o.trace}, {"--save", o.save}, {"--data", o.data}, {"--link", link_file}});
+  for (const NamedPath& output : {NamedPath{"--log", o.log}, NamedPath{"--trace", o.trace}}) {
     require_outside(output, {"--save", o.save},
                     "the checkpoint directory is dptrain's (a save would replace the file, or the file damage a "
                     "checkpoint)");
+    require_outside(output, {"--resume", o.resume},
+                    "the checkpoint directory is dptrain's (the file would damage the checkpoint it resumes from)");
+  }
   for (const NamedPath& output :
        {NamedPath{"--log", o.log}, NamedPath{"--trace", o.trace}, NamedPath{"--save", o.save}})
     require_outside(output, {"--data", o.data}, "the next run would read it as training data");

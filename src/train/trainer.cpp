@@ -113,7 +113,11 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
     prepare_save_directory(options_, engine_->layout().total(), engine_->layout().entries().size() + 3, save_lock_);
   else if (!options_.save.empty())
     require_save_writable(options_, world_.rank());
-  if (!options_.link.empty()) link_ = link_from_spec(options_.link);
+  if (!options_.link.empty()) {
+    link_ = link_from_spec(options_.link);
+    const double wire_bytes = double(element_size(options_.grad_dtype));
+    require_finite_model_times(link_, world_.size(), wire_bytes * double(engine_->layout().total()));
+  }
   // Only checked here: a fresh run's log is truncated when the steps start (run()), so that bad input found
   // later in the set-up, on any rank, leaves an existing log as it was.
   if (!options_.log.empty() && world_.rank() == 0) require_log_writable(options_.log);
@@ -381,7 +385,8 @@ int Trainer::run() {
           slowest_seconds = maxima[1];
         },
         "the exchange of entry times, step times and stop requests");
-    if (const auto choice = overlap_choice_.record(index, slowest_seconds)) say(*choice);
+    // Said after this step's line: the step was the last of the trial, run with the setting it tried.
+    const std::optional<std::string> overlap_chosen = overlap_choice_.record(index, slowest_seconds);
     // A skipped step's collectives stay out of the summary's table, as its times stay out of the per-step means.
     CollectiveTable skipped_collectives;
     const StepComm comm = account_step_comm(calls, result.unit_backward_s, shape.overlap, world_.size(), link_.link,
@@ -429,6 +434,7 @@ int Trainer::run() {
     } else {
       say(skipped + "; step skipped" + (val_loss ? fmt::format(" | val {:.4f}", *val_loss) : std::string()));
     }
+    if (overlap_chosen) say(*overlap_chosen);
 
     if (val_loss && !std::isfinite(*val_loss) && !options_.skip_nonfinite) {
       // Weights whose training loss is still finite but whose validation loss is not have diverged.

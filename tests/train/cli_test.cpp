@@ -44,6 +44,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   ASSERT_EQ(::mkfifo((dir_ / "pipe").c_str(), 0644), 0);
   std::filesystem::create_directories(dir_ / "texts");
   testing::write_text(dir_ / "texts/a.txt", testing::small_corpus_text());
+  std::filesystem::create_hard_link(dir_ / "corpus.txt", dir_ / "corpus-hard-link.jsonl");
   const std::vector<BadInput> cases = {
       {"--bogus 1", "unknown flag '--bogus' (dptrain --help lists them)"},
       {"--stepz 3", "unknown flag '--stepz'; did you mean --steps? (dptrain --help lists them)"},
@@ -84,8 +85,9 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--config " + (dir_ / "underscore.toml"),
        "key 'min_lr' (line 1) is unknown (keys are the long flag names without their dashes, e.g. `layers = 4`; did "
        "you mean `min-lr`?)"},
-      {"--config " + (dir_ / "typo.toml"), "key 'lyaers' (line 1) is unknown (keys are the long flag names without "
-                                           "their dashes, e.g. `layers = 4`; did you mean `layers`?)"},
+      {"--config " + (dir_ / "typo.toml"),
+       "key 'lyaers' (line 1) is unknown (keys are the long flag names without "
+       "their dashes, e.g. `layers = 4`; did you mean `layers`?)"},
       {"--config " + (dir_ / "nested.toml"), "--config " + (dir_ / "nested.toml") +
                                                  ": key 'config' (line 2) is a flag of the command line only, not of "
                                                  "a config file"},
@@ -101,14 +103,25 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
        "--trace: cannot write '" + (dir_ / "pipe") + "': it exists and is not a regular file"},
       // Opening a pipe with no reader would hold every rank without a word.
       {"--log " + (dir_ / "pipe"), "--log: '" + (dir_ / "pipe") + "' is a named pipe that no process reads"},
-      {"--save " + (dir_ / "ck") + " --log " + (dir_ / "ck/latest"),
-       "--log '" + (dir_ / "ck/latest") + "' lies inside --save '" + (dir_ / "ck") +
-           "': the checkpoint directory is dptrain's"},
+      {"--save " + (dir_ / "ck") + " --log " + (dir_ / "ck/latest"), "--log '" + (dir_ / "ck/latest") +
+                                                                         "' lies inside --save '" + (dir_ / "ck") +
+                                                                         "': the checkpoint directory is dptrain's"},
       {"--save " + (dir_ / "ck") + " --trace " + (dir_ / "ck/trace.json"), "lies inside --save"},
       {"--data " + (dir_ / "texts") + " --log " + (dir_ / "texts/run.jsonl"),
        "--log '" + (dir_ / "texts/run.jsonl") + "' lies inside --data '" + (dir_ / "texts") +
            "': the next run would read it as training data"},
       {"--data " + (dir_ / "texts") + " --save " + (dir_ / "texts/ck"), "lies inside --data"},
+      // Into the checkpoint the run resumes from: a resume appends to --log, so the file would damage it.
+      {"--resume " + (dir_ / "ck") + " --log " + (dir_ / "ck/latest"),
+       "--log '" + (dir_ / "ck/latest") + "' lies inside --resume '" + (dir_ / "ck") +
+           "': the checkpoint directory is dptrain's"},
+      {"--resume " + (dir_ / "ck") + " --trace " + (dir_ / "ck/step-000002/meta.json"), "lies inside --resume"},
+      // Over the user's link file, and over the data through a hard link (another name for the same inode).
+      {"--link " + (dir_ / "negative-gamma.json") + " --trace " + (dir_ / "negative-gamma.json"),
+       "and --link '" + (dir_ / "negative-gamma.json") + "' are the same path"},
+      {"--log " + (dir_ / "corpus-hard-link.jsonl"), "--log '" + (dir_ / "corpus-hard-link.jsonl") +
+                                                         "' and --data '" + (dir_ / "corpus.txt") +
+                                                         "' are the same path"},
       {"--overwrite", "--overwrite needs --save DIR"},
       {"--max-skipped 3", "--max-skipped 3 needs --skip-nonfinite"},
       {"--steps 99999999999", "--steps: 99999999999 is out of range (at most 2147483647)"},
@@ -129,10 +142,15 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       {"--link nvlink", "--link: unknown link 'nvlink'"},
       {"--save ''", "--save: expected a path, got ''"},
       {"--resume ''", "--resume: expected a path, got ''"},
-      {"--link ''", "--link: expected a preset (nvlink-h100, ib-400g, wan-100g), a link.json or alpha=5us,bw=450GB/s, "
-                    "got ''; leave it out to calibrate the link at start-up"},
+      {"--link ''",
+       "--link: expected a preset (nvlink-h100, ib-400g, wan-100g), a link.json or alpha=5us,bw=450GB/s, "
+       "got ''; leave it out to calibrate the link at start-up"},
       // A peak whose FLOP/s would be infinite.
-      {"--peak-tflops 1e308", "--peak-tflops must be in [0, 1e+09] TFLOP/s per rank"},
+      {"--peak-tflops 1e308", "--peak-tflops must be 0 or in [1e-06, 1e+09] TFLOP/s per rank"},
+      {"--peak-tflops 1e-300", "--peak-tflops must be 0 or in [1e-06, 1e+09] TFLOP/s per rank"},
+      // Valid alone, beyond a double together: the modelled times would print inf (one rank's too: the link is
+      // refused whatever the job's size, as dpmodel refuses it).
+      {"--link alpha=1e308s,bw=1B/s", "--link: the model's time of a ring all-reduce of the "},
       // A flag's value is true or false, not any integer.
       {"--no-overlap=2", "--no-overlap: expected true or false, got '2'"},
       {"--op-times=maybe", "--op-times: expected true or false, got 'maybe'"},

@@ -309,14 +309,15 @@ TEST_F(Overlap, WithoutOverlapEveryCollectiveStartsAfterBackwardEnds) {
   }
 }
 
-// --overlap auto (the default): steps 2-7 alternate on and off, the slower setting's median loses, and the run
-// trains bitwise what a run with overlap on throughout trains (at two ranks and at an odd three).
+// --overlap auto (the default): steps 2-7 alternate on and off, the slower setting's median loses (said after step
+// 7's line), and the run trains bitwise what a run with overlap on throughout trains (at two ranks and at an odd
+// three).
 TEST_F(Overlap, AutoTimesBothSettingsKeepsTheFasterAndTrainsTheSameBits) {
   for (int ranks : {2, 3}) {
     SCOPED_TRACE(fmt::format("{} ranks", ranks));
     const std::string flags = fmt::format("{} --batch 12 --bucket-mb 0", kExact);
     const RunResult on = run(ranks, 9, flags + " --overlap on");
-    const RunResult automatic = run(ranks, 9, flags);
+    const RunResult automatic = run(ranks, 9, flags + " --quiet=false");  // its step lines, for the order
     EXPECT_EQ(automatic.losses, on.losses);
     EXPECT_EQ(automatic.grad_norms, on.grad_norms);
     const nlohmann::json& choice = automatic.summary["overlap_choice"];
@@ -332,6 +333,13 @@ TEST_F(Overlap, AutoTimesBothSettingsKeepsTheFasterAndTrainsTheSameBits) {
     };
     EXPECT_EQ(choice["overlap"], median(on_ms) <= median(off_ms));
     EXPECT_EQ(automatic.summary["overlap"], choice["overlap"]);
+    // The choice is said after the line of step 7, the trial's last (run with the setting it tried), before step 8's.
+    const std::size_t said = automatic.output.find("overlap auto: "), step7 = automatic.output.find("step 7/9 |"),
+                      step8 = automatic.output.find("step 8/9 |");
+    ASSERT_TRUE(said != std::string::npos && step7 != std::string::npos && step8 != std::string::npos)
+        << automatic.output;
+    EXPECT_LT(step7, said) << automatic.output;
+    EXPECT_LT(said, step8) << automatic.output;
     // The trial's times are the steps' own (the slowest rank's, which rank 0's log cannot exceed).
     for (double ms : on_ms) EXPECT_GT(ms, 0.0);
     EXPECT_EQ(on.summary["overlap_choice"]["mode"], "on");

@@ -12,7 +12,8 @@ struct NamedPath {
 };
 
 // Throws UserError naming the two flags and their paths when two of them resolve to the same file. Paths compare
-// after resolving `.`, `..` and symbolic links of the parts that exist.
+// after resolving `.`, `..` and symbolic links of the parts that exist; two existing files also by device and
+// inode (hard links to one file).
 void require_distinct_paths(std::initializer_list<NamedPath> paths);
 
 // Throws UserError when `path` lies inside `folder` (both given, compared as above), saying why it must not:

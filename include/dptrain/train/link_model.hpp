@@ -19,6 +19,11 @@ struct LinkSource {
 // `spec` is a preset name, a path to link.json ({"alpha_s": .., "bandwidth_Bps": ..}) or `alpha=..,bw=..`.
 LinkSource link_from_spec(const std::string& spec);
 
+// Throws UserError where the model's time of an all-reduce of `bytes` (ring or tree, on `ranks` ranks, at least
+// 2: the link is the user's whatever the job's size) leaves the range of a double, as dpmodel refuses such a link:
+// values valid alone (α = 1e308 s) would print inf.
+void require_finite_model_times(const LinkSource& source, int ranks, double bytes);
+
 // Collective over all ranks: times all-reduces of a doubling sweep of sizes (up to max_bytes) with the run's
 // collectives, on a buffer in `memory` (the one the collectives work on), for at most `budget_seconds`, then fits α
 // and β by least squares. Every rank gets the same link. Each size's collectives run inside `watched` (a name for
