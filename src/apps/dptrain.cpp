@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
       },
       "dptrain");
   if (help != 0 || !options) return help;
+  // Once every rank has measured the memory left: a rank sharing a GPU or a host must not see another's model.
+  if (const int prepared = world.agree([&] { trainer->prepare(); }, "dptrain"); prepared != 0) return prepared;
   if (const int agreed = world.agree([&] { trainer->connect(); }, "dptrain"); agreed != 0) return agreed;
   try {
     return trainer->run();

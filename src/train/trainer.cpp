@@ -65,6 +65,9 @@ Trainer::Trainer(const TrainOptions& options, const MpiWorld& world) : options_(
   require_memory_fits(estimate_run_memory(options_, world_.size(), footprint_of(*backend_, options_.model)), options_,
                       own_memory ? placement_.ranks_per_gpu : world_.local_size(),
                       own_memory ? double(backend_->device().memory_free()) : available_memory_bytes());
+}
+
+void Trainer::prepare() {
   threads_ = options_.threads > 0
                  ? options_.threads
                  : std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, world_.local_size()));

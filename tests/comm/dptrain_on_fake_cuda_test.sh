@@ -9,7 +9,8 @@
 # GEMM epilogues within 1e-2 (BF16 roundings of other values), each run's summary saying which it ran; a checkpoint resumes bit for bit, and at another world size and stage within 1e-2;
 # the steps after the first allocate no memory; --overlap auto, --check-every and --trace work there.
 # A group stalled on every rank ends the job within --comm-timeout with the
-# watchdog's line naming the unit and exit 4. NCCL_COMM_BLOCKING set on one rank is refused on both.
+# watchdog's line naming the unit and exit 4. Two ranks on one GPU measure the memory left before either allocates
+# its model. NCCL_COMM_BLOCKING set on one rank is refused on both.
 # Usage: dptrain_on_fake_cuda_test.sh DPTRAIN_ON_FAKE_CUDA MPIEXEC
 set -uo pipefail
 dptrain=$1
@@ -116,6 +117,20 @@ FAKE_NCCL_STALL_GROUP=3 timeout 60 "$mpiexec" -n 2 --oversubscribe "$dptrain" --
 [ "$status" = 4 ] || { cat "$out/stall.txt"; fail "a stalled group: exit $status, expected 4"; }
 grep -Eq "^dptrain: rank [01]: [a-z_]+ on unit .+ did not complete in 2 s$" "$out/stall.txt" ||
   { cat "$out/stall.txt"; fail "no 'dptrain: rank R: <collective> on unit <name> did not complete in 2 s' line"; }
+# Two ranks on the one fake GPU, each seeing the other's allocations (FAKE_CUDA_SHARED_DEVICE), rank 1 measuring
+# the memory left 2 s after rank 0: it counts of rank 0 only what rank 0 held when rank 0 measured, not rank 0's
+# model (no rank allocates its model before every rank has measured; rank 1 counted 0.5 MB of it before that).
+rm -f "$out"/device.*
+status=0
+FAKE_CUDA_SHARED_DEVICE="$out/device" timeout 60 "$mpiexec" --oversubscribe -n 1 "$dptrain" --device cuda \
+  --data "$out/corpus.txt" --vocab 256 --seq 8 --layers 1 --width 32 --heads 2 --batch 6 --steps 1 --quiet : \
+  -n 1 env FAKE_CUDA_MEMINFO_DELAY_S=2 "$dptrain" --device cuda --data "$out/corpus.txt" --vocab 256 --seq 8 \
+  --layers 1 --width 32 --heads 2 --batch 6 --steps 1 --quiet > "$out/shared-device.txt" 2>&1 || status=$?
+[ "$status" = 0 ] || { cat "$out/shared-device.txt"; fail "two ranks sharing the fake device: exit $status"; }
+read -r rank0_own _ < "$out/device.0.seen" && read -r _ rank1_saw < "$out/device.1.seen" &&
+  [ "$rank1_saw" = "$rank0_own" ] ||
+  fail "rank 1 counted $rank1_saw bytes of rank 0's where rank 0 held ${rank0_own:-?} when it measured"
+
 # NCCL_COMM_BLOCKING, which would override the communicator's mode, on one rank of two: refused on both.
 status=0
 timeout 60 "$mpiexec" --oversubscribe -n 1 "$dptrain" --device cuda --data "$out/corpus.txt" --vocab 256 --seq 8 \

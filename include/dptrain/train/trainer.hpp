@@ -28,10 +28,17 @@ inline constexpr int kExitNonFinite = 3;
 
 class Trainer {
  public:
-  // Everything that can fail on bad input happens here or in connect(), before the first step. Local to this
+  // Everything that can fail on bad input happens here, in prepare() or in connect(), before the first step. The
+  // constructor checks the options, the environment and the device, and that the run fits in the memory left (the
+  // GPU's, or the host's, shared with the ranks placed there) before anything large is allocated. Local to this
   // rank (no communication), so a rank that fails here cannot leave the others waiting. Throws UserError.
   Trainer(const TrainOptions& options, const MpiWorld& world);
   ~Trainer();
+
+  // Local to this rank, called once every rank's constructor succeeded (so that no rank allocates its model while
+  // another still measures the memory left, which would count it twice): loads the data, allocates the model and
+  // its state, resumes or initialises them, checks --save, --link, --log and --trace. Throws UserError.
+  void prepare();
 
   // Collective, once every rank's set-up succeeded: checks that every rank was started with the same options,
   // the same training tokens and the same resume step (a rank with another --steps, --save or --link would

@@ -74,8 +74,22 @@ void run_stream(CUstream_st* stream, unsigned seed) {
 std::mutex streams_mutex;
 std::vector<CUstream_st*> streams;  // every stream not destroyed
 
-constexpr std::size_t kDeviceBytes = std::size_t{16} << 30;
 std::atomic<long> allocations_made{0};  // cudaMalloc and cudaMallocHost calls
+
+// This process's rank in the job as mpirun tells it ("0" alone), for the files below.
+std::string job_rank() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  return rank != nullptr ? rank : "0";
+}
+
+// FAKE_CUDA_DEVICE_BYTES: the device's size (default 16 GiB).
+std::size_t device_bytes() {
+  static const std::size_t bytes = [] {
+    const char* text = std::getenv("FAKE_CUDA_DEVICE_BYTES");
+    return text != nullptr ? std::size_t(std::strtoull(text, nullptr, 10)) : std::size_t{16} << 30;
+  }();
+  return bytes;
+}
 
 // FAKE_CUDA_ALLOCATIONS=PATH: at exit, the process writes how many allocations it made to PATH.<rank> (a test
 // compares runs of different lengths: the steps after the first allocate nothing).
@@ -83,13 +97,33 @@ struct AllocationReport {
   ~AllocationReport() {
     const char* path = std::getenv("FAKE_CUDA_ALLOCATIONS");
     if (path == nullptr) return;
-    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    std::ofstream(std::string(path) + "." + (rank != nullptr ? rank : "0")) << allocations_made.load() << "\n";
+    std::ofstream(std::string(path) + "." + job_rank()) << allocations_made.load() << "\n";
   }
 } allocation_report;
 std::atomic<std::size_t> allocated_bytes{0};
 std::mutex allocations_mutex;
 std::map<void*, std::size_t> allocations;
+
+// FAKE_CUDA_SHARED_DEVICE=PATH: the job's ranks share the one device, as processes placed on one GPU do: each
+// writes the bytes it holds to PATH.<rank> whenever they change (under allocations_mutex), and a rank's free
+// memory and allocations count the other ranks' bytes too.
+const char* shared_device() { return std::getenv("FAKE_CUDA_SHARED_DEVICE"); }
+void publish_allocated_bytes() {
+  if (shared_device() != nullptr)
+    std::ofstream(std::string(shared_device()) + "." + job_rank()) << allocated_bytes.load() << "\n";
+}
+std::size_t other_ranks_bytes() {
+  if (shared_device() == nullptr) return 0;
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const int ranks = size != nullptr ? std::atoi(size) : 1;
+  std::size_t bytes = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (std::to_string(r) == job_rank()) continue;
+    std::size_t held = 0;
+    if (std::ifstream(std::string(shared_device()) + "." + std::to_string(r)) >> held) bytes += held;
+  }
+  return bytes;
+}
 
 unsigned next_seed() {
   static std::atomic<unsigned> streams{0};
@@ -124,7 +158,7 @@ extern "C" {
 
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 
-// One device of kDeviceBytes; memory is the host's, counted against it.
+// One device of device_bytes(); memory is the host's, counted against it.
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
   return cudaSuccess;
@@ -133,25 +167,37 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int) {
   *properties = cudaDeviceProp{};
   std::strcpy(properties->name, "fake GPU on the CPU");
-  properties->totalGlobalMem = kDeviceBytes;
+  properties->totalGlobalMem = device_bytes();
   properties->multiProcessorCount = 1;
   return cudaSuccess;
 }
 
+// FAKE_CUDA_MEMINFO_DELAY_S: the process's first call answers that many seconds late (a rank that measures the
+// memory left after the others); with FAKE_CUDA_SHARED_DEVICE, it writes the bytes this rank held then and the
+// other ranks' bytes it counted to PATH.<rank>.seen.
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
-  *total = kDeviceBytes;
-  *free = kDeviceBytes - std::min<std::size_t>(kDeviceBytes, allocated_bytes.load());
+  static std::once_flag first;
+  std::call_once(first, [] {
+    if (const char* delay = std::getenv("FAKE_CUDA_MEMINFO_DELAY_S"))
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
+    if (shared_device() != nullptr)
+      std::ofstream(std::string(shared_device()) + "." + job_rank() + ".seen")
+          << allocated_bytes.load() << " " << other_ranks_bytes() << "\n";
+  });
+  *total = device_bytes();
+  *free = device_bytes() - std::min(device_bytes(), allocated_bytes.load() + other_ranks_bytes());
   return cudaSuccess;
 }
 
 cudaError_t cudaMalloc(void** data, size_t bytes) {
-  if (allocated_bytes + bytes > kDeviceBytes) return cudaErrorMemoryAllocation;
+  if (allocated_bytes + other_ranks_bytes() + bytes > device_bytes()) return cudaErrorMemoryAllocation;
   ++allocations_made;
   *data = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   if (*data == nullptr) return cudaErrorMemoryAllocation;
   const std::lock_guard lock(allocations_mutex);
   allocations[*data] = bytes;
   allocated_bytes += bytes;
+  publish_allocated_bytes();
   return cudaSuccess;
 }
 
@@ -161,6 +207,7 @@ cudaError_t cudaFree(void* data) {
     const std::lock_guard lock(allocations_mutex);
     allocated_bytes -= allocations.at(data);
     allocations.erase(data);
+    publish_allocated_bytes();
   }
   std::free(data);
   return cudaSuccess;
