@@ -117,8 +117,11 @@ RunSummary run_summary(const SummaryInputs& in) {
     units.push_back({{"name", u.name}, {"elements", u.range.size()}, {"padded", u.padded}});
   summary.record = {
       {"event", "summary"},
-      {"link", {{"alpha_s", in.link.link.alpha_s}, {"bandwidth_Bps", in.link.link.bandwidth_Bps},
-                {"source", in.link.description}}},
+      {"link",
+       {{"alpha_s", in.link.link.alpha_s},
+        {"bandwidth_Bps", in.link.link.bandwidth_Bps},
+        {"gamma_s_per_byte", in.link.link.gamma_s_per_byte},
+        {"source", in.link.description}}},
       {"peak_flops_per_rank", run.peak_flops},
       {"mfu", t.seconds > 0 ? cost::mfu(run.flops_per_step * t.steps, t.seconds, run.ranks, run.peak_flops) : 0.0},
       {"collectives", table},

@@ -104,7 +104,7 @@ TEST(RunSummary, LinesAndRecord) {
                          .last_loss = 5.0, .last_val = 4.5,
                          .collectives = {{{CollectiveOp::all_reduce, Algorithm::ring, 1000},
                                           {2, 2000, 2000, 4e-5, 5e-5, 3e-5, 1e-5}}}};
-  const LinkSource link{{1e-5, 1e9}, "alpha=10us,bw=1GB/s"};
+  const LinkSource link{{1e-5, 1e9, 2e-11}, "alpha=10us,bw=1GB/s,gamma=0.02ns/B"};
   const std::vector<double> memory = {1, 2, 3, 4, 5, 6, 7, 8};
   const RunSummary summary = run_summary({.options = options,
                                           .run = kRun,
@@ -154,7 +154,10 @@ TEST(RunSummary, LinesAndRecord) {
   EXPECT_DOUBLE_EQ(r["bytes_sent_per_step"]["measured_max_rank"].get<double>(), 68480.0);
   EXPECT_EQ(r["memory"]["optimizer"]["measured"], 3.0);
   EXPECT_EQ(r["threads_per_rank"], 3);
-  EXPECT_EQ(r["link"]["source"], "alpha=10us,bw=1GB/s");
+  EXPECT_EQ(r["link"]["source"], "alpha=10us,bw=1GB/s,gamma=0.02ns/B");
+  EXPECT_DOUBLE_EQ(r["link"]["alpha_s"].get<double>(), 1e-5);
+  EXPECT_DOUBLE_EQ(r["link"]["bandwidth_Bps"].get<double>(), 1e9);
+  EXPECT_DOUBLE_EQ(r["link"]["gamma_s_per_byte"].get<double>(), 2e-11);
 }
 
 }  // namespace
