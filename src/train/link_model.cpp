@@ -18,7 +18,8 @@
 namespace dptrain {
 
 LinkSource link_from_spec(const std::string& spec) {
-  if (std::filesystem::is_regular_file(spec)) {
+  std::error_code unreadable;  // a path that cannot be looked at is not a file here: "no file" below
+  if (std::filesystem::is_regular_file(spec, unreadable)) {
     std::ifstream in(spec);
     try {
       const auto j = nlohmann::json::parse(in);
@@ -49,12 +50,12 @@ LinkSource link_from_spec(const std::string& spec) {
   }
 }
 
-void require_finite_model_times(const LinkSource& source, int ranks, double bytes) {
+void require_finite_model_times(const LinkSource& source, int ranks, double bytes, double sums) {
   for (const cost::Collective kind : {cost::Collective::ring_all_reduce, cost::Collective::tree_all_reduce}) {
     const double seconds = cost::collective_cost(kind, std::max(2, ranks), bytes, source.link).seconds;
-    require(std::isfinite(seconds),
-            "--link: the model's time of a {} of the {:.0f}-byte gradient is {} s with {}: beyond what a double "
-            "holds; give values of a real link",
+    require(std::isfinite(seconds * sums),
+            "--link: the model's time of a {} of the {:.0f}-byte gradient is {:g} s with {}: too large for the "
+            "run's sums of modelled times (in ms, over calls and steps) to stay finite; give values of a real link",
             cost::collective_name(kind), bytes, seconds, cost::describe(source.link));
   }
 }

@@ -27,7 +27,7 @@ std::string multi_rank_unsupported(const std::string& backend_name) {
 std::string transport_environment_problem(bool nccl) {
   if (nccl) {
     const char* blocking = std::getenv("NCCL_COMM_BLOCKING");
-    if (blocking == nullptr) return "";
+    if (blocking == nullptr || *blocking == '\0') return "";  // NCCL takes an empty value as unset
     return fmt::format(
         "NCCL_COMM_BLOCKING is set ('{}'): it would override the mode dptrain gives each NCCL communicator "
         "(non-blocking, watched against --comm-timeout; blocking with --nccl-blocking); unset it",

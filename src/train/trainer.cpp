@@ -119,7 +119,11 @@ void Trainer::prepare() {
   if (!options_.link.empty()) {
     link_ = link_from_spec(options_.link);
     const double wire_bytes = double(element_size(options_.grad_dtype));
-    require_finite_model_times(link_, world_.size(), wire_bytes * double(engine_->layout().total()));
+    // Milliseconds, summed over the units' calls (an α each: at most a whole all-reduce per unit; three kinds of
+    // call per micro-step under ZeRO-3), the micro-steps and the steps.
+    const double sums =
+        1e3 * double(engine_->plan().units().size()) * 3.0 * options_.grad_accum * std::max(1, options_.steps);
+    require_finite_model_times(link_, world_.size(), wire_bytes * double(engine_->layout().total()), sums);
   }
   // Only checked here: a fresh run's log is truncated when the steps start (run()), so that bad input found
   // later in the set-up, on any rank, leaves an existing log as it was.
@@ -400,6 +404,7 @@ int Trainer::run() {
                                     unsigned_nan(result.loss), unsigned_nan(result.grad_norm));
     skipped_in_a_row = result.finite ? 0 : skipped_in_a_row + 1;
     if (!result.finite && (!options_.skip_nonfinite || skipped_in_a_row >= options_.max_skipped)) {
+      if (overlap_chosen) say(*overlap_chosen);
       // The step took no update: its checkpoint holds the weights of the last finite step.
       return stop_non_finite(
           step + 1, "a non-finite step",

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -209,15 +210,20 @@ TEST(CommNcclOnCpu, AnAbortFromAnotherThreadWaitsUntilTheOpenGroupIsClosed) {
     std::vector<float> out(256, 1.0f), in(256, 0.0f);
     const std::size_t bytes = out.size() * sizeof(float);
     const int aborts_before = fake_nccl::aborts(), in_group_before = fake_nccl::aborts_while_a_group_was_open();
-    fake_nccl::set_send_seconds(0.5);  // the send holds the group open half a second
+    fake_nccl::set_send_seconds(1.0);  // the send holds the group open a second
     std::string message;
+    std::atomic<bool> returned{false};
     std::thread comm([&] {
       message = message_of([&] {
         Request requests[] = {transport.isend(self, out.data(), bytes), transport.irecv(self, in.data(), bytes)};
         transport.wait_all(requests);
       });
+      returned = true;
     });
-    while (!fake_nccl::in_held_send()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!fake_nccl::in_held_send() && !returned && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_FALSE(returned) << "the exchange ended before the abort could come inside its group: " << message;
     transport.abort();  // a watchdog's, while the comm thread is inside the group
     comm.join();
     fake_nccl::set_send_seconds(0);

@@ -151,6 +151,8 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       // Valid alone, beyond a double together: the modelled times would print inf (one rank's too: the link is
       // refused whatever the job's size, as dpmodel refuses it).
       {"--link alpha=1e308s,bw=1B/s", "--link: the model's time of a ring all-reduce of the "},
+      // Finite alone, infinite once the reports add it up in milliseconds over calls and steps.
+      {"--link alpha=1e306s,bw=1GB/s", "--link: the model's time of a ring all-reduce of the "},
       // A flag's value is true or false, not any integer.
       {"--no-overlap=2", "--no-overlap: expected true or false, got '2'"},
       {"--op-times=maybe", "--op-times: expected true or false, got 'maybe'"},

@@ -71,17 +71,24 @@ TEST_F(SetupStall, InTheComparisonOfHelp) {
   expect_ended(stall_rank_1_at(3), "the comparison of --help across ranks");
 }
 
+TEST_F(SetupStall, InTheCheckThatEveryPreparationSucceeded) {
+  // After that comparison and its own check (2 all-reduces): the check that every rank prepared its model (the
+  // allocations made once every rank had measured the memory left).
+  expect_ended(stall_rank_1_at(5), "the check that every rank's set-up succeeded");
+}
+
 TEST_F(SetupStall, InTheComparisonOfOptions) {
-  // After that comparison and its own check (2 all-reduces): the first exchange of connect().
-  expect_ended(stall_rank_1_at(7), "the comparison of options across ranks");
+  // After that check (2 all-reduces): the first exchange of connect().
+  expect_ended(stall_rank_1_at(9), "the comparison of options across ranks");
 }
 
 TEST_F(SetupStall, InTheLinkCalibration) {
   // Rank 1 sleeps in the calibration's MPI_Allreduce of its first size's timings (the ring itself sends and
   // receives point to point): the set-up's collectives before it are the check (2 all-reduces), the comparison of
-  // --help (2 all-gathers) and its check (2 all-reduces), the comparison of options (2 all-gathers; the broadcasts
-  // that name a difference are skipped) and --cpu-gemm's timings (1 all-reduce).
-  const Launch launch = stall_rank_1_at(10, "--cpu-gemm openblas");
+  // --help (2 all-gathers) and its check (2 all-reduces), the check of the preparation (2 all-reduces), the
+  // comparison of options (2 all-gathers; the broadcasts that name a difference are skipped) and --cpu-gemm's
+  // timings (1 all-reduce).
+  const Launch launch = stall_rank_1_at(12, "--cpu-gemm openblas");
   expect_ended(launch, "the link calibration's all-reduces of 4 KiB");
 }
 

@@ -20,9 +20,10 @@ struct LinkSource {
 LinkSource link_from_spec(const std::string& spec);
 
 // Throws UserError where the model's time of an all-reduce of `bytes` (ring or tree, on `ranks` ranks, at least
-// 2: the link is the user's whatever the job's size) leaves the range of a double, as dpmodel refuses such a link:
-// values valid alone (α = 1e308 s) would print inf.
-void require_finite_model_times(const LinkSource& source, int ranks, double bytes);
+// 2: the link is the user's whatever the job's size), times `sums` (what the run's reports add up: milliseconds,
+// calls per step, steps), leaves the range of a double, as dpmodel refuses such a link: values valid alone
+// (α = 1e308 s) would print inf.
+void require_finite_model_times(const LinkSource& source, int ranks, double bytes, double sums);
 
 // Collective over all ranks: times all-reduces of a doubling sweep of sizes (up to max_bytes) with the run's
 // collectives, on a buffer in `memory` (the one the collectives work on), for at most `budget_seconds`, then fits α

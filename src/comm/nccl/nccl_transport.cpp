@@ -76,10 +76,12 @@ NcclTransport::~NcclTransport() {
     while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline &&
            ncclCommGetAsyncError(comm_, &state) == ncclSuccess)
       std::this_thread::yield();
-    if (state == ncclSuccess)
+    if (state == ncclSuccess) {
       ncclCommDestroy(comm_);
-    else
+    } else {
+      aborted_ = true;  // the estimates' communicator below is aborted too: the peers may be gone
       abort_bounded(comm_, device_);
+    }
   }
   if (simulation_comm_ != nullptr) {  // blocking, and never given any work
     if (aborted_)
@@ -310,10 +312,13 @@ void NcclTransport::transfer(std::span<const Message> sends, std::span<const Mes
 // happens after, with the lock taken per poll as for any call.
 void NcclTransport::group_start() {
   calls_.lock();
-  const ncclResult_t started = aborted_ ? ncclSuccess : ncclGroupStart();
-  if (aborted_ || started != ncclSuccess) {
+  if (aborted_) {
     calls_.unlock();
-    settle("ncclGroupStart", [started] { return int(started); });  // throws: aborted, or the error
+    throw_if_aborted("ncclGroupStart");
+  }
+  if (const ncclResult_t started = ncclGroupStart(); started != ncclSuccess) {
+    calls_.unlock();
+    abort_and_throw<std::runtime_error>(fmt::format("ncclGroupStart failed: {}", ncclGetErrorString(started)));
   }
   in_group_ = true;
 }
