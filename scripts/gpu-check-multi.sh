@@ -39,11 +39,18 @@ sys.path.insert(0, "scripts")
 from gpu_summary import machine
 out, share, device, nccl = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 
-def records(path):
+def records(path):  # the lines that parse (a run cut by its timeout may leave half a line)
     try:
-        return [json.loads(line) for line in open(path)]
-    except (OSError, ValueError):
+        lines = open(path).readlines()
+    except OSError:
         return []
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            pass
+    return parsed
 
 def document(path, empty):
     try:

@@ -35,9 +35,10 @@ pytorch_compiled=""
 # that ended the script earlier keeps its own status).
 write_summary() {
   local code=$?
-  python3 - "$OUT" "$batch" "$pytorch_eager" "$pytorch_compiled" "$(nccl_loaded_version)" "${bench_flags[*]}" <<'PY'
+  python3 - "$OUT" "$batch" "$pytorch_eager" "$pytorch_compiled" "$(nccl_loaded_version)" "${bench_flags[*]}" \
+    "${pt_batch:-}" <<'PY'
 import glob, json, os, re, statistics, sys
-out, batch, eager, compiled, nccl, fallback = sys.argv[1], int(sys.argv[2]), *sys.argv[3:7]
+out, batch, eager, compiled, nccl, fallback, pytorch_batch = sys.argv[1], int(sys.argv[2]), *sys.argv[3:8]
 passed = failed = skipped = 0
 failures, skipped_cuda, by_design = [], [], []
 # A skip for what the backend declares it does not do (finite differences need fp32 activations, a bitwise
@@ -92,6 +93,7 @@ summary = {
     "failed_tests": failures, "skipped_tests": skipped_cuda, "skipped_by_design": by_design,
     "batch": batch, "mfu": None, "tokens_per_s": None,
     "pytorch_tokens_per_s": float(eager) if eager else None,
+    "pytorch_batch": int(pytorch_batch) if pytorch_batch else None,
     "pytorch_compile_tokens_per_s": float(compiled) if compiled else None,
 }
 # The "... exit N" each step appended to its log (None if unreadable); no key where the step did not run.
@@ -269,10 +271,12 @@ PY
     break
   fi
 done
-# The median of steps 6-30, as dptrain's (summary above: the first 5 left out).
+# The median of steps 6-30, as dptrain's (summary above: the first 5 left out). At dptrain's batch, or at 64 where
+# dptrain's benchmark gave none: PyTorch's figures do not depend on it.
+pt_batch=$((batch > 0 ? batch : 64))
 torch_bench() {  # extra flags, output name, seconds; with the machine's own libraries, not the bundle's
   timeout -k 10 "$3" python3 scripts/gpt_reference.py bench --device cuda --layers 12 --width 768 --heads 12 --seq 1024 \
-    --vocab 50257 --batch "${batch:-16}" --steps 30 --warmup 5 $1 > "$OUT/$2.txt" 2>&1
+    --vocab 50257 --batch "$pt_batch" --steps 30 --warmup 5 $1 > "$OUT/$2.txt" 2>&1
   awk '/^pytorch_tokens_per_s/ {print $2}' "$OUT/$2.txt"
 }
 # The same run with the GEMM attention (--attention gemm: the score products and softmax kernels, the probabilities
@@ -288,11 +292,11 @@ if [ "$batch" -gt 0 ] && grep -q '"attention":"fused' "$OUT/train-b$batch.jsonl"
     tail -2 "$OUT/train-gemm.txt"
   fi
 fi
+seconds=$(step_timeout 120)
+if [ "$seconds" -ge 30 ]; then
+  log "PyTorch eager, batch $pt_batch (at most $seconds s)"; pytorch_eager=$(torch_bench "" pytorch-eager "$seconds")
+fi
 if [ "$batch" -gt 0 ]; then
-  seconds=$(step_timeout 120)
-  if [ "$seconds" -ge 30 ]; then
-    log "PyTorch eager, batch $batch (at most $seconds s)"; pytorch_eager=$(torch_bench "" pytorch-eager "$seconds")
-  fi
   # Where the time goes: every op timed between syncs of the compute stream (slower than the run above; the shares
   # and the GEMMs' rates are what it is for).
   seconds=$(step_timeout 60)
@@ -325,14 +329,16 @@ fi
 # kernel). memcheck (out of bounds, misaligned), racecheck (shared memory), synccheck (barriers), initcheck (reads of
 # memory never written: the padding of the logits' rows included). compute-sanitizer starts the program through
 # `env`, which gives it the bundle's libraries (the tool keeps the machine's own); --target-processes all follows it.
-if command -v compute-sanitizer >/dev/null; then
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+[ -n "$sanitizer" ] || log "compute-sanitizer not found (on PATH or in /usr/local/cuda/bin): the sanitizers not run"
+if [ -n "$sanitizer" ]; then
   for tool in memcheck racecheck synccheck initcheck; do
     seconds=$(step_timeout 60)
     if [ "$seconds" -lt 20 ]; then log "compute-sanitizer $tool not started: the deadline is near"; continue; fi
     log "compute-sanitizer --tool $tool (at most $seconds s)"
     limit=()
     [ "$tool" = initcheck ] && limit=(--print-limit 100000)  # every error, for the summary's count per kernel
-    timeout -k 10 "$seconds" compute-sanitizer --tool "$tool" "${limit[@]}" --target-processes all --error-exitcode 9 \
+    timeout -k 10 "$seconds" "$sanitizer" --tool "$tool" "${limit[@]}" --target-processes all --error-exitcode 9 \
       env LD_LIBRARY_PATH="$bundle_lib:$LD_LIBRARY_PATH" "$bin/compute_test" \
       --gtest_filter='*OpForward.*/cuda:*MatmulGelu.*/cuda:*Optimizer.*/cuda:*AttentionForward.*/cuda_B*:*GptGradient.BackwardAccumulates/cuda:*GptGradient.RepeatsBitwise/cuda' \
       > "$OUT/sanitizer-$tool.txt" 2>&1
@@ -341,10 +347,8 @@ if command -v compute-sanitizer >/dev/null; then
 fi
 
 # ---- 5. torch.compile, if time is left ------------------------------------------------------------------------------
-if [ "$batch" -gt 0 ]; then
-  seconds=$(step_timeout 150)
-  if [ "$seconds" -ge 90 ]; then
-    log "PyTorch torch.compile, batch $batch (at most $seconds s)"
-    pytorch_compiled=$(torch_bench --compile pytorch-compile "$seconds")
-  fi
+seconds=$(step_timeout 150)
+if [ "$seconds" -ge 90 ]; then
+  log "PyTorch torch.compile, batch $pt_batch (at most $seconds s)"
+  pytorch_compiled=$(torch_bench --compile pytorch-compile "$seconds")
 fi

@@ -71,11 +71,12 @@ seconds_left() { local left=$(( deadline - $(date +%s) )); echo $(( left > 0 ? l
 step_timeout() { local left; left=$(seconds_left); echo $(( $1 < left ? $1 : left )); }
 
 # ---- what machine -------------------------------------------------------------------------------------------
-nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 > "$OUT/device-name.txt"
+# Each with a time limit: a driver that does not answer must not hold the call before any summary is written.
+timeout -k 5 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 > "$OUT/device-name.txt"
 {
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,compute_mode --format=csv
-  nvcc --version | tail -2
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "cudnn", torch.backends.cudnn.version())'
+  timeout -k 5 30 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,compute_mode --format=csv
+  timeout -k 5 30 nvcc --version | tail -2
+  timeout -k 5 60 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "cudnn", torch.backends.cudnn.version())'
   echo "nccl loaded by dptrain: $(nccl_loaded_version)"
   ours ldd "$bin/dptrain" | grep -E "not found|cublas|cudart|nccl|cudnn|nvrtc|stdc" || true
 } > "$OUT/device.txt" 2>&1
