@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Both GPU checks in one call on the bare GPU machine, within one deadline: scripts/gpu-check.sh (one GPU: tests,
+# Both GPU checks in one command on the bare GPU machine, within one deadline: scripts/gpu-check.sh (one GPU: tests,
 # benchmark against PyTorch, sanitizers) with GPU_CHECK_SINGLE_SECONDS (default 300), then scripts/gpu-check-multi.sh
-# (two ranks on it) with what is left of GPU_CHECK_SECONDS (default 540, under the device's 600 s a call) less 10 s
-# for the packing. One call spares the second start-up and transfer, and the machine cannot be handed back between
-# them. What comes back from a lent GPU machine is at most 8 files of 16 MiB (64 MiB in all), and the checks write
-# some 80: each writes into its own scratch folder, and $OUT gets only the two summaries check-<date>.json and
+# (two ranks on it) with what is left of GPU_CHECK_SECONDS (default 540, under 10 minutes) less 10 s for the
+# packing. One command spares a second start-up and copy of the bundle. The checks write some 80 files, and $OUT is
+# kept to a few, so that it can be copied back from a remote machine whole: each check writes into its own scratch
+# folder, and $OUT gets only the two summaries check-<date>.json and
 # check-multi-<date>.json (commit those under docs/gpu/) and every log in logs.tar.xz (the corpus left out; xz -1:
 # the sanitizers' logs can be tens of MB, and the packing has 10 s), in parts logs.tar.xz.part-N of 15 MiB where it
 # is larger (at most 4; `cat logs.tar.xz.part-* | tar -xJ`), also when the script is stopped (SIGTERM, SIGINT).
-# The last line printed is a digest of both summaries' main figures (the call's output tail holds it).
+# The last line printed is a digest of both summaries' main figures (the end of the output holds them even where no
+# file is copied back).
 # Exits with the first check's status where it is not 0, else the second's.
 # Usage (on the GPU machine, from the repository root, build-gpu.tar.xz beside it): OUT=/some/dir scripts/gpu-check-all.sh
 set -uo pipefail

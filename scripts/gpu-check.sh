@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check: one call on a bare GPU machine (no network, no Open MPI; CUDA 13, Python with PyTorch), within a
-# deadline of 480 s (GPU_CHECK_SECONDS) so that the device's 600 s per call always returns the summary. Runs the
+# The GPU check: one command on a bare GPU machine (no network, no Open MPI; CUDA 13, Python with PyTorch), within a
+# deadline of 480 s (GPU_CHECK_SECONDS) so that a session of 10 minutes on the machine always returns the summary. Runs the
 # build that scripts/gpu-bundle.sh packed (build-gpu.tar.xz, carried beside the sources), then
 #   1. the device and library versions (nvidia-smi, nvcc, torch, the NCCL dptrain loads), and what ptxas and
 #      cuobjdump say of the kernels (tests/kernels/kernel_resources_test.py: registers, spills, 16-byte accesses),
@@ -260,7 +260,7 @@ PY
     break
   fi
   # A run too large for the GPU is retried smaller; any other failure once with the epilogues composed, then not
-  # again (it would fail again, on device time).
+  # again (it would fail again, and the time is the benchmark's).
   if grep -qiE "out of memory|of memory per rank|cudaErrorMemoryAllocation" "$OUT/train-b$b.txt"; then
     b_index=$((b_index + 1))
   elif [ ${#bench_flags[@]} -eq 0 ]; then
