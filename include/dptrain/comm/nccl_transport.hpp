@@ -111,6 +111,12 @@ class NcclTransport final : public Transport, private StepStreams {
   // the lock is held in between.
   void group_start();
   void group_end();
+  // Closes, on its way out, a group that an exception left open (abort_and_throw closes its own), letting go of
+  // the lock it holds: made right after group_start().
+  struct OpenGroup {
+    NcclTransport& transport;
+    ~OpenGroup();
+  };
   // The host waits for everything issued on the stream (see the class comment for errors and the deadline).
   void complete(std::string_view what);
   // Aborts the communicator and throws Error("NCCL: <message>"): CommTimeout past the deadline, else runtime_error.

@@ -53,7 +53,7 @@ std::optional<ValueKind> config_value_kind(std::string_view key);
 struct AgreedValue {
   std::string name;   // "--save"
   std::string text;   // "ckpt"
-  std::string shown;  // e.g. the path beside a content hash that alone is compared; empty: `text`
+  std::string shown = {};  // e.g. the path beside a content hash that alone is compared; empty: `text`
   const std::string& printed() const { return shown.empty() ? text : shown; }
 };
 // The options every rank must share, in table order.

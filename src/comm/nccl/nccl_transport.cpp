@@ -255,6 +255,7 @@ void NcclTransport::flush_queued() {
   if (queued_.empty()) return;
   begin();
   group_start();
+  const OpenGroup closes_on_error{*this};
   for (const Queued& q : queued_) {
     settle(q.send ? "ncclSend" : "ncclRecv", [&] {
       return int(q.send ? ncclSend(q.data, q.bytes, ncclUint8, q.peer, comm_, stream_)
@@ -298,6 +299,7 @@ void NcclTransport::transfers_wait_for_reduces(std::size_t step) {
 
 void NcclTransport::transfer(std::span<const Message> sends, std::span<const Message> receives) {
   group_start();
+  const OpenGroup closes_on_error{*this};
   for (const Message& m : sends) {
     count_sent(m.bytes);
     settle("ncclSend", [&] { return int(ncclSend(m.data, m.bytes, ncclUint8, m.peer, comm_, stream_)); });
@@ -328,6 +330,12 @@ void NcclTransport::group_end() {
   const int ended = int(ncclGroupEnd());
   calls_.unlock();
   settle("ncclGroupEnd", [ended] { return ended; });
+}
+
+NcclTransport::OpenGroup::~OpenGroup() {
+  if (!std::exchange(transport.in_group_, false)) return;
+  ncclGroupEnd();
+  transport.calls_.unlock();
 }
 
 void NcclTransport::reduces_wait_for_transfers() {
