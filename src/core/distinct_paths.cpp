@@ -56,6 +56,20 @@ void require_outside(const NamedPath& path, const NamedPath& folder, std::string
   if (inner_parts > outer_parts && std::equal(outer.begin(), outer.end(), inner.begin()))
     fail("{} '{}' lies inside {} '{}': {}; give it a place outside", path.flag, path.path, folder.flag, folder.path,
          why);
+  // Outside by its path, inside by its inode: a hard link of a file in the folder is that file. Only a file with
+  // more than one name can be one, so the folder is walked only then.
+  std::error_code error;
+  if (!fs::is_regular_file(path.path, error) || fs::hard_link_count(path.path, error) < 2 || error ||
+      !fs::is_directory(folder.path, error))
+    return;
+  const auto options = fs::directory_options::skip_permission_denied;
+  for (auto it = fs::recursive_directory_iterator(folder.path, options, error);
+       !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
+    std::error_code unreadable;
+    if (it->is_regular_file(unreadable) && fs::equivalent(it->path(), path.path, unreadable))
+      fail("{} '{}' is a hard link of '{}' inside {} '{}': {}; give it a place outside", path.flag, path.path,
+           it->path().string(), folder.flag, folder.path, why);
+  }
 }
 
 }  // namespace dptrain

@@ -40,7 +40,16 @@ void require_log_writable(const std::string& path) {
     ::close(fd);
     return;
   }
-  // Appending creates a missing file but changes no byte of an existing one.
+  // A missing file is created and removed again, so that a set-up that fails later leaves nothing behind (the run
+  // creates the log when its steps start). O_EXCL creates only where nothing is, not even a link.
+  const int created = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666);
+  if (created >= 0) {
+    ::close(created);
+    ::unlink(path.c_str());
+    return;
+  }
+  if (errno != EEXIST) cannot_open(path, errno);
+  // Something is there (or a link to where the log would go): appending changes no byte of an existing file.
   errno = 0;
   std::ofstream probe(path, std::ios::app);
   if (!probe.is_open()) cannot_open(path, errno);

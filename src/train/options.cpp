@@ -246,8 +246,9 @@ void validate(const TrainOptions& o, int world_size) {
 // resumes from or the next run reads (--log ck/latest, --trace ck/step-000100/meta.json, --log
 // corpus/run.jsonl), are refused before anything is written.
 void require_distinct_paths(const TrainOptions& o) {
-  std::error_code unreadable;  // a path that cannot be looked at is not compared (link_from_spec says why)
-  const std::string link_file = std::filesystem::is_regular_file(o.link, unreadable) ? o.link : "";
+  // A link file, or a preset's name (an output of that name would be read as the link file by the next run); not
+  // an `alpha=..,bw=..` spec.
+  const std::string link_file = o.link.find('=') == std::string::npos ? o.link : "";
   require_distinct_paths(
       {{"--log", o.log}, {"--trace", o.trace}, {"--save", o.save}, {"--data", o.data}, {"--link", link_file}});
   for (const NamedPath& output : {NamedPath{"--log", o.log}, NamedPath{"--trace", o.trace}}) {

@@ -45,6 +45,7 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
   std::filesystem::create_directories(dir_ / "texts");
   testing::write_text(dir_ / "texts/a.txt", testing::small_corpus_text());
   std::filesystem::create_hard_link(dir_ / "corpus.txt", dir_ / "corpus-hard-link.jsonl");
+  std::filesystem::create_hard_link(dir_ / "texts/a.txt", dir_ / "texts-a-hard-link.jsonl");
   const std::vector<BadInput> cases = {
       {"--bogus 1", "unknown flag '--bogus' (dptrain --help lists them)"},
       {"--stepz 3", "unknown flag '--stepz'; did you mean --steps? (dptrain --help lists them)"},
@@ -119,6 +120,11 @@ TEST_F(DptrainProgram, BadInputEndsWithOneLineAndExitCode2) {
       // Over the user's link file, and over the data through a hard link (another name for the same inode).
       {"--link " + (dir_ / "negative-gamma.json") + " --trace " + (dir_ / "negative-gamma.json"),
        "and --link '" + (dir_ / "negative-gamma.json") + "' are the same path"},
+      {"--data " + (dir_ / "texts") + " --log " + (dir_ / "texts-a-hard-link.jsonl"),
+       "--log '" + (dir_ / "texts-a-hard-link.jsonl") + "' is a hard link of '" + (dir_ / "texts/a.txt") +
+           "' inside --data '" + (dir_ / "texts") + "': the next run would read it as training data"},
+      // A preset's name as an output: the next run's --link of that name would read the file.
+      {"--link nvlink-h100 --log nvlink-h100", "--log 'nvlink-h100' and --link 'nvlink-h100' are the same path"},
       {"--log " + (dir_ / "corpus-hard-link.jsonl"), "--log '" + (dir_ / "corpus-hard-link.jsonl") +
                                                          "' and --data '" + (dir_ / "corpus.txt") +
                                                          "' are the same path"},
@@ -296,6 +302,11 @@ TEST_F(DptrainProgram, BadInputLeavesAnExistingLogUntouched) {
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_EQ(testing::file_bytes(dir_ / "kept.jsonl"), before) << flags;
   }
+  // Nor is a new one left behind by a set-up that fails after the log was checked (here: the trace's folder).
+  const auto refused =
+      run_command(dptrain("--log " + (dir_ / "new.jsonl") + " --trace " + (dir_ / "nowhere/t.json")));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "new.jsonl")) << refused.output;
   // A good run truncates it (a fresh run's log starts empty) and writes its steps.
   ASSERT_EQ(run_command(dptrain("--steps 1 --log " + (dir_ / "kept.jsonl"))).exit_code, 0);
   const auto records = testing::read_jsonl(dir_ / "kept.jsonl");

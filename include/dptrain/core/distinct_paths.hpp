@@ -16,8 +16,8 @@ struct NamedPath {
 // inode (hard links to one file).
 void require_distinct_paths(std::initializer_list<NamedPath> paths);
 
-// Throws UserError when `path` lies inside `folder` (both given, compared as above), saying why it must not:
-// "--log 'ck/run.jsonl' lies inside --save 'ck': <why>; give it a place outside".
+// Throws UserError when `path` lies inside `folder` (both given, compared as above), or is a hard link of a file
+// inside it, saying why it must not: "--log 'ck/run.jsonl' lies inside --save 'ck': <why>; give it a place outside".
 void require_outside(const NamedPath& path, const NamedPath& folder, std::string_view why);
 
 }  // namespace dptrain
