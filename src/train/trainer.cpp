@@ -311,11 +311,15 @@ int Trainer::run() {
                 run_steps, trial_end);
   say(fmt::format("dptrain | ZeRO {} | {} units (bucket {} MiB) | overlap {}", options_.zero, plan.units().size(),
                   options_.bucket_mb, overlap_choice_.mode() == "auto" ? auto_text : overlap_choice_.mode()));
-  say(fmt::format("dptrain | device {} ({}){} | attention {} | link {} | peak {:.1f} GFLOP/s per rank ({})",
+  // Tenths of a GFLOP/s, or two significant digits below 0.1 (--peak-tflops 1e-6 is 0.001).
+  const double peak_gflops = peak_flops_ / 1e9;
+  const std::string peak =
+      peak_gflops >= 0.1 ? fmt::format("{:.1f}", peak_gflops) : fmt::format("{:.2g}", peak_gflops);
+  say(fmt::format("dptrain | device {} ({}){} | attention {} | link {} | peak {} GFLOP/s per rank ({})",
                   backend_->name(),
                   backend_->name() == "cpu" ? "sgemm " + cpu_gemm_choice_.description() : backend_->device().name(),
                   backend_->name() == "cpu" ? " on " + host_cpu_.description() : "", backend_->attention_name(),
-                  link_.description, peak_flops_ / 1e9, peak_source_));
+                  link_.description, peak, peak_source_));
   RunShape shape{.flops_per_step = training_flops_per_token(m) * double(tokens_per_step),
                  .tokens_per_step = tokens_per_step,
                  .steps = options_.steps,
@@ -442,7 +446,7 @@ int Trainer::run() {
     } else {
       say(skipped + "; step skipped" + (val_loss ? fmt::format(" | val {:.4f}", *val_loss) : std::string()));
     }
-    if (overlap_chosen) say(*overlap_chosen);
+    if (overlap_chosen && !last) say(*overlap_chosen);  // after the last step, "from here" is nowhere
 
     if (val_loss && !std::isfinite(*val_loss) && !options_.skip_nonfinite) {
       // Weights whose training loss is still finite but whose validation loss is not have diverged.
