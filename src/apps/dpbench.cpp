@@ -605,9 +605,9 @@ void fit_links(const std::string& path, const std::vector<BenchResult>& results)
     constexpr double kPoorFit = 0.25;
     if (fit.max_relative_residual > kPoorFit)
       std::printf(
-          "# fit %-7s warning: a row's measured time and the fitted α + n/B differ by %.0f%% of the "
-          "measured (more than %.0f%%)%s: noisy timings, "
-          "or sizes where another cost dominates; the link is a poor description of this sweep\n",
+          "# fit %-7s warning: a row's measured time and the fitted α + n/B differ by %.0f%% of the measured "
+          "(more than %.0f%%)%s: noisy timings, or sizes where another cost dominates; the link is a poor "
+          "description of this sweep\n",
           algo.c_str(), 100 * fit.max_relative_residual, 100 * kPoorFit,
           fit.link.alpha_s == 0 ? ", and α was held at 0 (the best fit's was negative)" : "");
     fits.push_back({{"algo", algo},

@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "dptrain/comm/collective_skew.hpp"
-#include "dptrain/comm/mpi_transport.hpp"
 #include "dptrain/core/atomic_file.hpp"
 #include "dptrain/core/available_memory.hpp"
 #include "dptrain/core/cpu_info.hpp"

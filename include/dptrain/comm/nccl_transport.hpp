@@ -111,8 +111,11 @@ class NcclTransport final : public Transport, private StepStreams {
   // the lock is held in between.
   void group_start();
   void group_end();
-  // Closes, on its way out, a group that an exception left open (abort_and_throw closes its own), letting go of
-  // the lock it holds: made right after group_start().
+  // A group this thread left open (an error inside it) closed, whatever ncclGroupEnd returns, and the lock it
+  // holds let go; nothing where none is open.
+  void close_open_group();
+  // Closes, on its way out, a group that an exception left open (abort_and_throw closes its own): made right
+  // after group_start().
   struct OpenGroup {
     NcclTransport& transport;
     ~OpenGroup();

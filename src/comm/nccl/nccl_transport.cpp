@@ -157,11 +157,8 @@ int NcclTransport::locked(std::string_view name, const std::function<int()>& cal
 template <typename Error>
 [[noreturn]] void NcclTransport::abort_and_throw(const std::string& message) {
   // An abort inside an open group would only be queued until the group ends (ncclCommAbort is a group operation
-  // itself): close the group first, whatever it returns, and let go of the group's hold on the lock.
-  if (std::exchange(in_group_, false)) {
-    ncclGroupEnd();
-    calls_.unlock();
-  }
+  // itself): close the group first, whatever it returns.
+  close_open_group();
   abort();
   throw Error(fmt::format("NCCL: {}", message));
 }
@@ -332,11 +329,13 @@ void NcclTransport::group_end() {
   settle("ncclGroupEnd", [ended] { return ended; });
 }
 
-NcclTransport::OpenGroup::~OpenGroup() {
-  if (!std::exchange(transport.in_group_, false)) return;
+void NcclTransport::close_open_group() {
+  if (!std::exchange(in_group_, false)) return;
   ncclGroupEnd();
-  transport.calls_.unlock();
+  calls_.unlock();
 }
+
+NcclTransport::OpenGroup::~OpenGroup() { transport.close_open_group(); }
 
 void NcclTransport::reduces_wait_for_transfers() {
   DP_CUDA(cudaEventRecord(transferred_, stream_));
